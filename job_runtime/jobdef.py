@@ -1,0 +1,210 @@
+"""The job definition: what a StreamJob's `spec.job` says to run.
+
+One typed source for three readers: the operator embeds these models in the
+CRD schema (streamjob_operator.api.crd), the operator writes `spec.job` as
+JSON into the job's ConfigMap, and the runtime (job_runtime.main) parses that
+file back with `load_job_definition`. Pure: no Spark import here.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+NAME_PATTERN = r"^[a-z_][a-z0-9_]{0,62}$"
+ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
+DURATION_PATTERN = r"^[0-9]+ (milliseconds?|seconds?|minutes?|hours?|days?)$"
+
+
+class Model(BaseModel):
+    """Base for every spec model: unknown fields are errors, names are camelCase."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
+    """One `x-kubernetes-validations` entry (a CEL rule checked by the API server)."""
+    entry = {"rule": rule, "message": message}
+    if field_path:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+class SourceKind(str, Enum):
+    rate = "rate"
+    files = "files"
+    kafka = "kafka"
+
+
+class FileFormat(str, Enum):
+    json = "json"
+    csv = "csv"
+    parquet = "parquet"
+
+
+class SinkKind(str, Enum):
+    files = "files"
+    console = "console"
+    foreach_batch = "foreachBatch"
+
+
+class OutputMode(str, Enum):
+    append = "append"
+    update = "update"
+    complete = "complete"
+
+
+class EventTime(Model):
+    column: str = Field(description="Timestamp column that carries event time.", min_length=1)
+    watermark_delay: Annotated[str, Field(pattern=DURATION_PATTERN)] = Field(
+        alias="watermarkDelay",
+        description="How late an event may arrive and still count, as a Spark interval "
+        "such as '10 seconds'. Older events are dropped and windows close after it.",
+    )
+
+
+class Source(Model):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("self.kind != 'files' || (has(self.path) && has(self.format) && has(self.schema))",
+                    "a files source needs path, format and schema"),
+                cel("self.kind != 'kafka' || ('subscribe' in self.options || 'subscribePattern' in self.options "
+                    "|| 'assign' in self.options)",
+                    "a kafka source needs options.subscribe, options.subscribePattern or options.assign"),
+            ]
+        }
+    )
+
+    name: str = Field(pattern=NAME_PATTERN, description="Name the SQL transforms use to refer to this source (a SQL identifier).")
+    kind: SourceKind = Field(description="rate (generated rows), files (a directory of json/csv/parquet files) or kafka.")
+    format: FileFormat | None = Field(default=None, description="File format of a files source.")
+    path: str | None = Field(default=None, description="Directory a files source reads new files from (file://, s3a://).")
+    schema_: str | None = Field(
+        default=None, alias="schema", description="Schema of a files source as a Spark DDL string, e.g. 'user STRING, ts TIMESTAMP'."
+    )
+    options: dict[str, str] = Field(
+        default_factory=dict, description="Spark reader options (e.g. rowsPerSecond, maxFilesPerTrigger, kafka.bootstrap.servers)."
+    )
+    event_time: EventTime | None = Field(default=None, alias="eventTime", description="Event-time column and watermark of this source.")
+
+
+class Transform(Model):
+    name: str = Field(pattern=NAME_PATTERN, description="Name later transforms and the sink use for this result.")
+    sql: str = Field(
+        min_length=1,
+        description="A Spark SQL SELECT over sources and earlier transforms. Windows: window(ts, '1 minute') "
+        "(tumbling), window(ts, '1 minute', '30 seconds') (sliding), session_window(ts, '5 minutes') (session).",
+    )
+
+
+class Sink(Model):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("self.kind == 'console' || (has(self.path) && has(self.format))",
+                    "files and foreachBatch sinks need path and format"),
+                cel("!has(self.format) || self.format != 'csv'", "sinks write json or parquet"),
+            ]
+        }
+    )
+
+    kind: SinkKind = Field(
+        description="files (exactly-once via Spark's file sink log), foreachBatch (each batch written to "
+        "path/batch_id=N, overwritten on replay, so idempotent by batch id) or console."
+    )
+    input: str | None = Field(default=None, pattern=NAME_PATTERN, description="Transform or source to write; defaults to the last transform.")
+    format: FileFormat | None = Field(default=None, description="Output file format: json or parquet.")
+    path: str | None = Field(default=None, description="Output directory (file://, s3a://).")
+    output_mode: OutputMode = Field(default=OutputMode.append, alias="outputMode", description="Spark output mode.")
+    options: dict[str, str] = Field(default_factory=dict, description="Spark writer options.")
+
+
+class Pipeline(Model):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("self.sources.all(s, self.sources.exists_one(t, t.name == s.name))", "source names must be unique"),
+                cel("!has(self.transforms) || self.transforms.all(t, !self.sources.exists(s, s.name == t.name))",
+                    "a transform must not reuse a source's name"),
+            ]
+        }
+    )
+
+    sources: list[Source] = Field(min_length=1, max_length=16, description="Input streams.")
+    transforms: list[Transform] = Field(default_factory=list, max_length=32, description="SQL steps, in order.")
+    sink: Sink = Field(description="Where the result goes.")
+
+
+class JobDefinition(Model):
+    """What to run: exactly one of a Python entrypoint or a declarative pipeline."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("has(self.entrypoint) != has(self.pipeline)", "set exactly one of job.entrypoint or job.pipeline"),
+            ]
+        }
+    )
+
+    entrypoint: str | None = Field(
+        default=None,
+        pattern=ENTRYPOINT_PATTERN,
+        description="Python entrypoint 'package.module:function'. It receives a JobContext and returns "
+        "a started StreamingQuery or a DataStreamWriter.",
+    )
+    python_path: list[str] = Field(
+        default_factory=list, alias="pythonPath", max_length=16, description="Extra directories put on sys.path before importing the entrypoint."
+    )
+    pipeline: Pipeline | None = Field(default=None, description="A declarative pipeline: sources, SQL transforms, a sink.")
+    config: dict[str, str] = Field(default_factory=dict, description="Free-form settings handed to the entrypoint as context.config.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "JobDefinition":
+        if (self.entrypoint is None) == (self.pipeline is None):
+            raise ValueError("set exactly one of job.entrypoint or job.pipeline")
+        return self
+
+
+class JobDefinitionError(ValueError):
+    """A job definition file that cannot be used; the message names the file and field."""
+
+
+def format_validation_error(prefix: str, err: ValidationError) -> str:
+    """Render pydantic errors as 'prefix.field.path: message' lines."""
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        lines.append(f"{prefix}.{loc}: {e['msg']}" if loc else f"{prefix}: {e['msg']}")
+    return "; ".join(lines)
+
+
+def parse_job_definition(data: Any, where: str = "job") -> JobDefinition:
+    try:
+        return JobDefinition.model_validate(data)
+    except ValidationError as err:
+        raise JobDefinitionError(format_validation_error(where, err)) from None
+
+
+def load_job_definition(path: str | Path) -> JobDefinition:
+    """Read a job definition from a JSON or YAML file (a StreamJob's spec.job)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise JobDefinitionError(f"{p}: cannot read job definition: {err.strerror}") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as err:
+        raise JobDefinitionError(f"{p}: not valid JSON/YAML: {err}") from None
+    return parse_job_definition(data, where=f"{p}: job")
+
+
+def dump_job_definition(job: JobDefinition) -> str:
+    """The canonical JSON the operator writes into the job's ConfigMap."""
+    return job.model_dump_json(by_alias=True, exclude_none=True)

@@ -1,0 +1,207 @@
+"""Generates the StreamJob CustomResourceDefinition from the typed models.
+
+Run as `python -m streamjob_operator.api.crd` (or `make crds`) to rewrite
+`crds/` and the Helm chart's copy; tests/unit/test_crd_drift.py fails when
+the committed YAML differs from what this produces. Pure apart from `main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .spec import API_GROUP, API_VERSION, KIND, PLURAL, SHORT_NAMES, SINGULAR, StreamJobSpec
+from .status import StreamJobStatus
+
+CRD_FILENAME = f"{API_GROUP}_{PLURAL}.yaml"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CRD_TARGETS = [REPO_ROOT / "crds" / CRD_FILENAME, REPO_ROOT / "charts" / "streamjob" / "crds" / CRD_FILENAME]
+
+_DROP_KEYS = {"title"}
+
+
+def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Turn one pydantic JSON-schema node into a Kubernetes structural schema node."""
+    node = dict(schema)
+    ref = node.pop("$ref", None)
+    if ref is not None:
+        target = copy.deepcopy(defs[ref.rsplit("/", 1)[-1]])
+        target.update(node)  # field-level description/default win over the definition's
+        return _structural(target, defs)
+    any_of = node.pop("anyOf", None)
+    if any_of is not None:
+        options = [o for o in any_of if o.get("type") != "null"]
+        if len(options) != 1:
+            raise ValueError(f"cannot express anyOf {any_of} in a structural schema")
+        merged = dict(options[0])
+        merged.update(node)
+        if merged.get("default", "absent") is None:
+            merged.pop("default")
+        return _structural(merged, defs)
+    if "allOf" in node:
+        (only,) = node.pop("allOf")
+        merged = dict(only)
+        merged.update(node)
+        return _structural(merged, defs)
+
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROP_KEYS:
+            continue
+        if key == "properties":
+            out["properties"] = {name: _structural(sub, defs) for name, sub in value.items()}
+        elif key == "items":
+            out["items"] = _structural(value, defs)
+        elif key == "additionalProperties" and isinstance(value, dict):
+            out["additionalProperties"] = _structural(value, defs)
+        elif key == "default" and value is None:
+            continue
+        else:
+            out[key] = value
+    if out.get("type") == "object" and "properties" in out:
+        out.setdefault("additionalProperties", None)
+        if out["additionalProperties"] in (None, False):
+            out.pop("additionalProperties")
+        # a nested object whose fields all have defaults is defaulted to {}, so
+        # the API server fills in its fields' defaults as well
+        for name, sub in out["properties"].items():
+            if (
+                sub.get("type") == "object"
+                and "properties" in sub
+                and "default" not in sub
+                and name not in out.get("required", [])
+                and not sub.get("required")
+                and sub.get("_factory_default")
+            ):
+                sub["default"] = {}
+            sub.pop("_factory_default", None)
+    return out
+
+
+def _mark_factory_defaults(model: type, schema: dict[str, Any]) -> None:
+    """Flag fields that have a default_factory, so they get `default: {}`."""
+    from pydantic import BaseModel
+
+    def visit(m: type[BaseModel], node: dict[str, Any], defs: dict[str, Any]) -> None:
+        props = node.get("properties", {})
+        for name, field in m.model_fields.items():
+            key = field.alias or name
+            if key in props and field.default_factory is not None:
+                props[key]["_factory_default"] = True
+
+    defs = schema.get("$defs", {})
+    visit(model, schema, defs)
+    for sub in _all_models(model):
+        if sub.__name__ in defs:
+            visit(sub, defs[sub.__name__], defs)
+
+
+def _all_models(model: type) -> list[type]:
+    from pydantic import BaseModel
+
+    seen: list[type] = []
+    stack = [model]
+    while stack:
+        m = stack.pop()
+        for field in m.model_fields.values():
+            for t in _types_in(field.annotation):
+                if isinstance(t, type) and issubclass(t, BaseModel) and t not in seen:
+                    seen.append(t)
+                    stack.append(t)
+    return seen
+
+
+def _types_in(annotation: Any) -> list[Any]:
+    args = getattr(annotation, "__args__", None)
+    if not args:
+        return [annotation]
+    out = []
+    for a in args:
+        out.extend(_types_in(a))
+    return out
+
+
+def model_schema(model: type) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")  # type: ignore[attr-defined]
+    _mark_factory_defaults(model, raw)
+    defs = raw.pop("$defs", {})
+    return _structural(raw, defs)
+
+
+def generate_crd() -> dict[str, Any]:
+    spec_schema = model_schema(StreamJobSpec)
+    spec_schema["description"] = "Desired state of a Spark Structured Streaming job."
+    status_schema = model_schema(StreamJobStatus)
+    status_schema["description"] = "Observed state of the job, written by the operator."
+    status_schema.pop("required", None)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{API_GROUP}"},
+        "spec": {
+            "group": API_GROUP,
+            "scope": "Namespaced",
+            "names": {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": SINGULAR, "shortNames": SHORT_NAMES},
+            "versions": [
+                {
+                    "name": API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {"name": "State", "type": "string", "jsonPath": ".status.state"},
+                        {"name": "Ready", "type": "boolean", "jsonPath": ".status.ready"},
+                        {"name": "Restarts", "type": "integer", "jsonPath": ".status.totalRestarts"},
+                        {"name": "Batch", "type": "integer", "jsonPath": ".status.lastCheckpoint.batchId"},
+                        {"name": "Last-Savepoint", "type": "string", "jsonPath": ".status.lastSavepoint.path", "priority": 0},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "A StreamJob runs a Spark Structured Streaming job with savepoints, upgrades and restarts.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string", "description": "API version of this object."},
+                                "kind": {"type": "string", "description": "Kind of this object."},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_crd() -> str:
+    header = "# Generated by `python -m streamjob_operator.api.crd` from operator/api/*.py. Do not edit.\n"
+    return header + yaml.safe_dump(generate_crd(), sort_keys=False, width=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Generate (or check) the StreamJob CRD YAML.")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
+    args = parser.parse_args(argv)
+    text = render_crd()
+    stale = [p for p in CRD_TARGETS if not p.exists() or p.read_text() != text]
+    if args.check:
+        for p in stale:
+            print(f"{p}: differs from the models; run python -m streamjob_operator.api.crd", file=sys.stderr)
+        return 1 if stale else 0
+    for p in CRD_TARGETS:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        print(f"wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

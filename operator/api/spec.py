@@ -1,0 +1,219 @@
+"""StreamJob spec: the typed source of truth for the CRD schema and for parsing.
+
+Read by the CRD generator (api.crd), by the kopf glue to parse `spec`, and by
+the pure decision code. Field names are the CRD's camelCase via aliases; CEL
+rules for cross-field checks ride along in `json_schema_extra` so the API
+server refuses a bad manifest at `kubectl apply`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import ConfigDict, Field, ValidationError
+
+from job_runtime.jobdef import JobDefinition, Model, cel, format_validation_error
+
+API_GROUP = "streamjob.io"
+API_VERSION = "v1alpha1"
+KIND = "StreamJob"
+PLURAL = "streamjobs"
+SINGULAR = "streamjob"
+SHORT_NAMES = ["sj"]
+
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
+MEMORY_PATTERN = r"^[0-9]+[kmgt]$"
+GO_DURATION_PATTERN = r"^([0-9]+(s|m|h|d))+$"
+
+
+class UpgradeMode(str, Enum):
+    savepoint = "savepoint"
+    last_state = "last-state"
+    stateless = "stateless"
+
+
+class DesiredState(str, Enum):
+    running = "running"
+    suspended = "suspended"
+
+
+class RestartPolicyType(str, Enum):
+    never = "Never"
+    fixed_delay = "FixedDelay"
+    exponential_backoff = "ExponentialBackoff"
+    failure_rate = "FailureRate"
+
+
+class SecretKeyRef(Model):
+    name: str = Field(min_length=1, max_length=253, description="Name of a Secret in the StreamJob's namespace.")
+    access_key_id_key: str = Field(
+        default="AWS_ACCESS_KEY_ID", alias="accessKeyIdKey", description="Key in the Secret that holds the access key id."
+    )
+    secret_access_key_key: str = Field(
+        default="AWS_SECRET_ACCESS_KEY", alias="secretAccessKeyKey", description="Key in the Secret that holds the secret access key."
+    )
+
+
+class S3Settings(Model):
+    endpoint: str | None = Field(
+        default=None, pattern=r"^https?://", description="S3 endpoint URL for S3-compatible stores; unset means AWS."
+    )
+    region: str = Field(default="us-east-1", description="S3 region.")
+    path_style_access: bool = Field(default=False, alias="pathStyleAccess", description="Use path-style addressing (most S3-compatible servers need it).")
+    credentials_secret: SecretKeyRef | None = Field(
+        default=None,
+        alias="credentialsSecret",
+        description="Secret holding the S3 credentials. Credentials are accepted only by reference, never inline; "
+        "unset means the pod's ambient credentials (e.g. IRSA).",
+    )
+
+
+class Resources(Model):
+    cores: int = Field(default=1, ge=1, le=64, description="CPU cores.")
+    memory: str = Field(default="1g", pattern=MEMORY_PATTERN, description="JVM heap in Spark's notation, e.g. 1g or 512m.")
+    memory_overhead: str | None = Field(default=None, alias="memoryOverhead", pattern=MEMORY_PATTERN, description="Non-heap memory added to the pod.")
+
+
+class ExecutorSpec(Resources):
+    instances: int = Field(default=1, ge=0, le=1000, description="Number of executor pods (0 runs tasks in the driver).")
+
+
+class CheckpointSpec(Model):
+    location: str = Field(
+        pattern=r"^(s3a|file)://.+",
+        description="Where Spark keeps the job's checkpoint (offsets, commits, state): s3a:// or file://.",
+    )
+    trigger_interval: str = Field(
+        default="10 seconds", alias="triggerInterval", pattern=r"^[0-9]+ (milliseconds?|seconds?|minutes?)$",
+        description="Micro-batch trigger interval, e.g. '10 seconds'.",
+    )
+
+
+class RetentionSpec(Model):
+    count: int = Field(default=5, ge=1, le=100, description="Savepoints to keep (the latest is never pruned).")
+    max_age: str | None = Field(default=None, alias="maxAge", pattern=GO_DURATION_PATTERN, description="Prune savepoints older than this, e.g. 168h.")
+
+
+class SavepointSpec(Model):
+    location: str = Field(pattern=r"^s3a?://.+", description="S3 prefix under which savepoints are written: s3://bucket/prefix.")
+    retention: RetentionSpec = Field(default_factory=RetentionSpec, description="How many savepoints and for how long to keep them.")
+    periodic_interval: str | None = Field(
+        default=None, alias="periodicInterval", pattern=GO_DURATION_PATTERN, description="Take a savepoint this often while running, e.g. 1h."
+    )
+    timeout_seconds: int = Field(
+        default=600, alias="timeoutSeconds", ge=10, le=86400, description="Give up on a savepoint after this long; the job keeps running."
+    )
+
+
+class RestartPolicy(Model):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("self.maxDelaySeconds >= self.delaySeconds", "maxDelaySeconds must be >= delaySeconds", ".maxDelaySeconds"),
+                cel("self.type != 'FailureRate' || self.failureRateIntervalSeconds >= 1",
+                    "FailureRate needs failureRateIntervalSeconds >= 1", ".failureRateIntervalSeconds"),
+            ]
+        }
+    )
+
+    type: RestartPolicyType = Field(default=RestartPolicyType.exponential_backoff, description="How to restart a failed driver.")
+    delay_seconds: int = Field(default=10, alias="delaySeconds", ge=0, le=86400, description="Delay before a restart (initial delay for ExponentialBackoff).")
+    max_delay_seconds: int = Field(default=300, alias="maxDelaySeconds", ge=0, le=86400, description="Upper bound of the ExponentialBackoff delay.")
+    backoff_multiplier: int = Field(default=2, alias="backoffMultiplier", ge=1, le=10, description="ExponentialBackoff growth factor.")
+    max_restarts: int = Field(default=10, alias="maxRestarts", ge=0, le=10000,
+                              description="FixedDelay and ExponentialBackoff: give up after this many consecutive restarts.")
+    max_failures: int = Field(default=3, alias="maxFailures", ge=1, le=1000, description="FailureRate: failures allowed within the interval.")
+    failure_rate_interval_seconds: int = Field(default=600, alias="failureRateIntervalSeconds", ge=1, le=86400,
+                                               description="FailureRate: the sliding window failures are counted in.")
+
+
+class RollbackSpec(Model):
+    enabled: bool = Field(default=True, description="Roll back to the last stable spec if an upgraded job does not become ready.")
+    readiness_timeout_seconds: int = Field(
+        default=300, alias="readinessTimeoutSeconds", ge=10, le=86400,
+        description="How long an upgraded job has to complete its first batch before it is rolled back.",
+    )
+
+
+class DeletionSpec(Model):
+    savepoint_on_delete: bool = Field(default=False, alias="savepointOnDelete", description="Take a final savepoint before deleting the job.")
+    timeout_seconds: int = Field(
+        default=300, alias="timeoutSeconds", ge=0, le=3600,
+        description="Give up on the final savepoint after this long and delete anyway, so a broken job never blocks deletion.",
+    )
+
+
+class StreamJobSpec(Model):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("self.upgradeMode != 'savepoint' || has(self.savepoint)",
+                    "upgradeMode savepoint needs spec.savepoint.location", ".upgradeMode"),
+                cel("!has(self.savepoint) || !has(self.savepoint.periodicInterval) || has(self.savepoint.location)",
+                    "periodic savepoints need spec.savepoint.location", ".savepoint"),
+                cel("!has(self.deletion) || !self.deletion.savepointOnDelete || has(self.savepoint)",
+                    "savepointOnDelete needs spec.savepoint.location", ".deletion.savepointOnDelete"),
+                cel("!(self.checkpoint.location.startsWith('s3a://') || (has(self.savepoint)"
+                    " && self.savepoint.location.startsWith('s3'))) || has(self.s3)",
+                    "s3a:// or s3:// locations need spec.s3 (endpoint and credentialsSecret)", ".s3"),
+                cel("!has(self.initialSavepointPath) || self.initialSavepointPath.startsWith('s3')"
+                    " || self.initialSavepointPath.startsWith('file://')",
+                    "initialSavepointPath must be an s3://, s3a:// or file:// URI", ".initialSavepointPath"),
+                cel("!has(oldSelf.statePartitions) || self.statePartitions == oldSelf.statePartitions"
+                    " || self.upgradeMode == 'savepoint' || self.upgradeMode == 'stateless'",
+                    "changing statePartitions needs upgradeMode savepoint (offline repartition) or stateless",
+                    ".statePartitions"),
+            ]
+        }
+    )
+
+    image: str = Field(min_length=1, description="Container image of the job runtime (Spark, PySpark and the StreamJob runtime).")
+    image_pull_policy: str = Field(default="IfNotPresent", alias="imagePullPolicy", pattern="^(Always|IfNotPresent|Never)$",
+                                   description="Image pull policy of the driver and executor pods.")
+    service_account_name: str | None = Field(
+        default=None, alias="serviceAccountName",
+        description="Service account of the driver; it must be allowed to manage pods, services and configmaps "
+        "in the namespace (the Helm chart creates one). Defaults to '<name>-driver', created by the operator.",
+    )
+    job: JobDefinition = Field(description="What to run: a Python entrypoint or a declarative pipeline.")
+    spark_conf: dict[str, str] = Field(default_factory=dict, alias="sparkConf", description="Extra Spark configuration.")
+    driver: Resources = Field(default_factory=Resources, description="Driver resources.")
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec, description="Executor count and resources.")
+    state_partitions: int = Field(
+        default=8, alias="statePartitions", ge=1, le=4096,
+        description="Number of state partitions (spark.sql.shuffle.partitions), pinned into the checkpoint on first run. "
+        "Changing it needs a savepoint and an offline state repartition.",
+    )
+    checkpoint: CheckpointSpec = Field(description="Checkpoint location and trigger interval.")
+    savepoint: SavepointSpec | None = Field(default=None, description="Savepoint location, retention and schedule.")
+    s3: S3Settings | None = Field(default=None, description="S3 endpoint and credentials (by Secret reference only).")
+    upgrade_mode: UpgradeMode = Field(
+        default=UpgradeMode.savepoint, alias="upgradeMode",
+        description="How a change is rolled out: savepoint (stop with a savepoint, restore it), last-state "
+        "(stop, resume from the latest checkpoint) or stateless (start fresh).",
+    )
+    state: DesiredState = Field(default=DesiredState.running, description="Desired state: running or suspended (stopped with a savepoint).")
+    restart_policy: RestartPolicy = Field(default_factory=RestartPolicy, alias="restartPolicy", description="What to do when the driver fails.")
+    rollback: RollbackSpec = Field(default_factory=RollbackSpec, description="Automatic rollback of upgrades that do not become ready.")
+    deletion: DeletionSpec = Field(default_factory=DeletionSpec, description="What happens on delete.")
+    initial_savepoint_path: str | None = Field(
+        default=None, alias="initialSavepointPath", description="Savepoint to restore from on first deploy."
+    )
+    allow_non_restored_state: bool = Field(
+        default=False, alias="allowNonRestoredState",
+        description="Start even if the savepoint has state the new job does not use (dropped), instead of refusing.",
+    )
+    savepoint_nonce: int = Field(default=0, alias="savepointNonce", ge=0, description="Change to take a savepoint now without stopping the job.")
+    restart_nonce: int = Field(default=0, alias="restartNonce", ge=0, description="Change to restart the driver from the latest checkpoint.")
+
+
+class SpecError(ValueError):
+    """A spec that cannot be parsed; the message names the field and the rule."""
+
+
+def parse_spec(data: Any) -> StreamJobSpec:
+    try:
+        return StreamJobSpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(format_validation_error("spec", err)) from None

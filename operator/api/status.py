@@ -1,0 +1,100 @@
+"""StreamJob status: the typed shape of `.status`, also the write-ahead log.
+
+Read and produced by the pure decision code (reconcile.decide) and written by
+the kopf glue; the CRD generator (api.crd) turns it into the status schema.
+Every list here is bounded so status never grows until etcd refuses it.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import Field
+
+from job_runtime.jobdef import Model
+
+MAX_SAVEPOINT_HISTORY = 10
+MAX_FAILURE_TIMES = 50
+MAX_MESSAGE = 1024
+
+
+class LifecycleState(str, Enum):
+    """Where the job is in its life; the printer column STATE."""
+
+    deploying = "Deploying"
+    running = "Running"
+    upgrading = "Upgrading"
+    restarting = "Restarting"
+    rolling_back = "RollingBack"
+    suspending = "Suspending"
+    suspended = "Suspended"
+    failed = "Failed"
+    deleting = "Deleting"
+
+
+class Condition(Model):
+    type: str = Field(description="Ready, Progressing, Degraded or Savepointing.")
+    status: str = Field(pattern="^(True|False|Unknown)$", description="True, False or Unknown.")
+    reason: str = Field(max_length=128, description="One CamelCase word saying why.")
+    message: str = Field(default="", max_length=MAX_MESSAGE, description="Human-readable detail.")
+    observed_generation: int | None = Field(default=None, alias="observedGeneration", description="Generation the condition was set for.")
+    last_transition_time: str | None = Field(default=None, alias="lastTransitionTime", description="When status last changed (RFC 3339).")
+
+
+class CheckpointInfo(Model):
+    batch_id: int = Field(alias="batchId", description="Latest completed (committed) micro-batch.")
+    time: str | None = Field(default=None, description="When it was observed (RFC 3339).")
+
+
+class SavepointInfo(Model):
+    path: str = Field(description="S3 URI of the savepoint directory.")
+    batch_id: int | None = Field(default=None, alias="batchId", description="Committed batch the savepoint holds.")
+    time: str | None = Field(default=None, description="When it completed (RFC 3339).")
+    trigger: str = Field(default="manual", description="upgrade, suspend, manual, periodic, delete or rollback.")
+
+
+class JobMetrics(Model):
+    query_id: str | None = Field(default=None, alias="queryId", description="Spark streaming query id (stable across restarts).")
+    run_id: str | None = Field(default=None, alias="runId", description="Spark run id (new on every start).")
+    last_batch_id: int | None = Field(default=None, alias="lastBatchId", description="Last batch started.")
+    watermark: str | None = Field(default=None, description="Current event-time watermark.")
+    input_rows_per_second: float | None = Field(default=None, alias="inputRowsPerSecond", description="Input rate.")
+    processed_rows_per_second: float | None = Field(default=None, alias="processedRowsPerSecond", description="Processing rate.")
+    state_rows: int | None = Field(default=None, alias="stateRows", description="Rows held in state.")
+    observed_at: str | None = Field(default=None, alias="observedAt", description="When these were read from the driver.")
+
+
+class Operation(Model):
+    """The disruptive step in progress, recorded before it is acted on."""
+
+    kind: str = Field(description="upgrade, suspend, restart, rollback, savepoint or delete.")
+    phase: str = Field(description="Where the operation is, e.g. Savepointing, Stopping, Deploying.")
+    target_spec_hash: str | None = Field(default=None, alias="targetSpecHash", description="Hash of the spec being rolled out.")
+    savepoint_path: str | None = Field(default=None, alias="savepointPath", description="Savepoint the operation writes or restores.")
+    started_at: str | None = Field(default=None, alias="startedAt", description="When the operation started (RFC 3339).")
+    deadline: str | None = Field(default=None, description="When the operation gives up (RFC 3339).")
+    message: str = Field(default="", max_length=MAX_MESSAGE, description="Detail.")
+
+
+class StreamJobStatus(Model):
+    observed_generation: int | None = Field(default=None, alias="observedGeneration", description="Last spec generation acted on.")
+    state: LifecycleState | None = Field(default=None, description="Lifecycle state.")
+    ready: bool = Field(default=False, description="Whether the job is running and has completed a batch.")
+    conditions: list[Condition] = Field(default_factory=list, max_length=8, description="Ready, Progressing, Degraded, Savepointing.")
+    driver_pod: str | None = Field(default=None, alias="driverPod", description="Name of the current driver pod.")
+    restart_count: int = Field(default=0, alias="restartCount", description="Restarts after failures since the last successful start.")
+    total_restarts: int = Field(default=0, alias="totalRestarts", description="Restarts after failures over the job's life.")
+    failure_times: list[str] = Field(default_factory=list, alias="failureTimes", max_length=MAX_FAILURE_TIMES,
+                                     description="Recent failure times, for FailureRate.")
+    next_restart_at: str | None = Field(default=None, alias="nextRestartAt", description="When the pending restart happens.")
+    last_checkpoint: CheckpointInfo | None = Field(default=None, alias="lastCheckpoint", description="Latest completed checkpoint.")
+    last_savepoint: SavepointInfo | None = Field(default=None, alias="lastSavepoint", description="Latest completed savepoint.")
+    savepoint_history: list[SavepointInfo] = Field(default_factory=list, alias="savepointHistory", max_length=MAX_SAVEPOINT_HISTORY,
+                                                   description="Recent savepoints, newest first, bounded.")
+    last_savepoint_nonce: int = Field(default=0, alias="lastSavepointNonce", description="savepointNonce last acted on.")
+    last_restart_nonce: int = Field(default=0, alias="lastRestartNonce", description="restartNonce last acted on.")
+    operation: Operation | None = Field(default=None, description="Disruptive step in progress (the write-ahead log).")
+    job: JobMetrics | None = Field(default=None, description="Progress reported by the driver's control endpoint.")
+    last_reconciled_spec: str | None = Field(default=None, alias="lastReconciledSpec", description="JSON of the spec last deployed.")
+    last_stable_spec: str | None = Field(default=None, alias="lastStableSpec", description="JSON of the last spec that ran ready.")
+    last_error: str | None = Field(default=None, alias="lastError", max_length=MAX_MESSAGE, description="Last error, e.g. the driver's.")

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Sets up everything the project needs on a fresh machine, into a cache keyed
+# by version outside the clone (so CI and later runs reuse it):
+#   - a Python virtualenv with the project and its test extras,
+#   - the test bed's Go binaries (kube-apiserver, kube-controller-manager,
+#     kubectl, etcd, versitygw, helm), built from their official Go modules,
+#   - the Maven jars Spark needs for s3a:// (hadoop-aws + AWS SDK bundle).
+# Prints nothing but progress on stderr; writes the paths to .streamjob-env.
+# Used by the README's commands and by .ci/run.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE_ROOT="${STREAMJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/streamjob}"
+export STREAMJOB_CACHE="$CACHE_ROOT"
+mkdir -p "$CACHE_ROOT"
+
+say() { echo "bootstrap: $*" >&2; }
+die() { echo "bootstrap: error: $*" >&2; exit 1; }
+
+PY="${PYTHON:-python3}"
+command -v "$PY" >/dev/null || die "python3 (3.11+) is not installed: apt-get install python3 python3-venv"
+"$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || die "Python 3.11+ is required, found $("$PY" --version)"
+command -v java >/dev/null || die "Java 17 is not installed (Spark needs it): apt-get install openjdk-17-jre-headless"
+command -v go >/dev/null || die "Go >= 1.26 is not installed (the test bed builds kube-apiserver with it)"
+command -v mvn >/dev/null || die "Maven is not installed (it fetches hadoop-aws for s3a://): apt-get install maven"
+
+# 1. virtualenv, keyed by the dependency list
+deps_key=$(sha256sum "$ROOT/pyproject.toml" | cut -c1-12)
+VENV="$CACHE_ROOT/venv-py$("$PY" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')-$deps_key"
+if [[ ! -x "$VENV/bin/python" || ! -f "$VENV/.complete" ]]; then
+  say "creating virtualenv $VENV (first run only)"
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade "pip>=24" >&2
+  "$VENV/bin/pip" install -q -e "$ROOT[test]" >&2 || die "pip install failed (see above)"
+  touch "$VENV/.complete"
+else
+  # the venv is shared by clones: point its editable install at this one
+  "$VENV/bin/pip" install -q --no-deps -e "$ROOT" >&2 || die "pip install -e failed"
+fi
+
+# 2. Go binaries
+BIN_DIR=$(bash "$ROOT/testbed/build/build-go-binaries.sh")
+
+# 3. jars for s3a://
+JARS_DIR=$(bash "$ROOT/testbed/build/fetch-jars.sh" "$VENV")
+
+cat > "$ROOT/.streamjob-env" <<ENV
+export STREAMJOB_CACHE="$CACHE_ROOT"
+export STREAMJOB_VENV="$VENV"
+export STREAMJOB_BIN_DIR="$BIN_DIR"
+export STREAMJOB_JARS_DIR="$JARS_DIR"
+export PATH="$BIN_DIR:$VENV/bin:\$PATH"
+ENV
+say "ready: source .streamjob-env to use the tools"

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Fetches the jars Spark needs for s3a:// with Maven, matched to the pyspark
+# installed in a virtualenv:
+#   - org.apache.hadoop:hadoop-aws at the Hadoop version pyspark bundles,
+#   - software.amazon.awssdk:bundle at the version that hadoop-aws's POM
+#     depends on,
+#   - org.apache.spark:spark-hadoop-cloud_2.13 at the pyspark version, unless
+#     pyspark already ships it.
+# Usage: fetch-jars.sh VENV    (called by scripts/bootstrap.sh)
+# Prints the directory holding the jars on stdout; progress goes to stderr.
+# The directory is keyed by versions, so only the first run downloads.
+set -euo pipefail
+
+die() { echo "fetch-jars: error: $*" >&2; exit 1; }
+say() { echo "fetch-jars: $*" >&2; }
+
+VENV="${1:-}"
+[[ -n "$VENV" ]] || die "usage: fetch-jars.sh VENV (the virtualenv whose pyspark the jars must match)"
+[[ -d "$VENV" ]] || die "virtualenv $VENV does not exist"
+command -v mvn >/dev/null 2>&1 || die "Maven is not installed (it resolves hadoop-aws from Maven Central): apt-get install maven"
+
+CACHE_ROOT="${STREAMJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/streamjob}"
+
+shopt -s nullglob
+spark_jars=("$VENV"/lib/python*/site-packages/pyspark/jars)
+[[ ${#spark_jars[@]} -eq 1 ]] || die "pyspark is not installed in $VENV (no lib/python*/site-packages/pyspark/jars): pip install pyspark"
+SPARK_JARS="${spark_jars[0]}"
+
+hadoop_api=("$SPARK_JARS"/hadoop-client-api-*.jar)
+[[ ${#hadoop_api[@]} -eq 1 ]] || die "cannot tell pyspark's Hadoop version: expected one hadoop-client-api-*.jar in $SPARK_JARS, found ${#hadoop_api[@]}"
+HADOOP_VERSION=$(basename "${hadoop_api[0]}" .jar)
+HADOOP_VERSION=${HADOOP_VERSION#hadoop-client-api-}
+
+spark_core=("$SPARK_JARS"/spark-core_2.13-*.jar)
+[[ ${#spark_core[@]} -eq 1 ]] || die "cannot tell pyspark's Spark version: expected one spark-core_2.13-*.jar in $SPARK_JARS"
+SPARK_VERSION=$(basename "${spark_core[0]}" .jar)
+SPARK_VERSION=${SPARK_VERSION#spark-core_2.13-}
+
+OUT="$CACHE_ROOT/jars/spark-$SPARK_VERSION-hadoop-$HADOOP_VERSION"
+if [[ -f "$OUT/.complete" ]]; then echo "$OUT"; exit 0; fi
+
+say "resolving s3a jars for Spark $SPARK_VERSION / Hadoop $HADOOP_VERSION (first run only; the AWS SDK bundle is large)"
+work=$(mktemp -d "${TMPDIR:-/tmp}/streamjob-fetch-jars.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+log="$work/mvn.log"
+
+mvn_run() {  # what-for, mvn args...
+  local what=$1; shift
+  if ! mvn -B -ntp "$@" >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    die "Maven could not $what (mvn $*); see the output above"
+  fi
+}
+
+# dependency:tree only collects POMs, so this learns the SDK bundle version
+# hadoop-aws was built against without downloading anything large.
+cat >"$work/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>streamjob.local</groupId>
+  <artifactId>s3a-jars</artifactId>
+  <version>1</version>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.hadoop</groupId>
+      <artifactId>hadoop-aws</artifactId>
+      <version>$HADOOP_VERSION</version>
+    </dependency>
+  </dependencies>
+</project>
+POM
+mvn_run "resolve the dependencies of org.apache.hadoop:hadoop-aws:$HADOOP_VERSION" \
+  -f "$work/pom.xml" dependency:tree -Dincludes=software.amazon.awssdk:bundle -DoutputFile="$work/tree.txt"
+SDK_VERSION=$(grep -o 'software\.amazon\.awssdk:bundle:jar:[^:]*' "$work/tree.txt" | head -n1 | cut -d: -f4 || true)
+[[ -n "$SDK_VERSION" ]] || die "org.apache.hadoop:hadoop-aws:$HADOOP_VERSION does not depend on software.amazon.awssdk:bundle (dependency tree: $(tr '\n' ' ' <"$work/tree.txt"))"
+
+artifacts=("org.apache.hadoop:hadoop-aws:$HADOOP_VERSION" "software.amazon.awssdk:bundle:$SDK_VERSION")
+cloud=("$SPARK_JARS"/spark-hadoop-cloud_2.13-*.jar)
+if [[ ${#cloud[@]} -eq 0 ]]; then
+  artifacts+=("org.apache.spark:spark-hadoop-cloud_2.13:$SPARK_VERSION")
+fi
+
+tmp_out="$OUT.partial"
+rm -rf "$tmp_out"
+mkdir -p "$tmp_out"
+for a in "${artifacts[@]}"; do
+  say "fetching $a"
+  mvn_run "download $a" dependency:copy -Dartifact="$a" -DoutputDirectory="$tmp_out" -Dmdep.overWriteReleases=true
+done
+printf 'spark=%s\nhadoop=%s\nawssdk-bundle=%s\n' "$SPARK_VERSION" "$HADOOP_VERSION" "$SDK_VERSION" >"$tmp_out/versions.txt"
+touch "$tmp_out/.complete"
+rm -rf "$OUT"
+mv "$tmp_out" "$OUT"
+say "jars ready in $OUT"
+echo "$OUT"

@@ -1,0 +1,211 @@
+"""``streamjob-testbed``: bring the local test bed up or down for development.
+
+Called from the console (the README's run command) through the
+``streamjob-testbed`` console script.
+
+    streamjob-testbed up [--apply FILE_OR_DIR ...] [--foreground]
+    streamjob-testbed status
+    streamjob-testbed down
+
+``up`` starts the test bed in the background (or in the foreground until
+Ctrl-C / SIGTERM), writes the admin kubeconfig to ``.testbed/kubeconfig`` and
+the environment to ``.testbed/env`` in the repository, applies the given
+manifests with kubectl, and prints ``export KUBECONFIG=...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from testbed import locate
+from testbed.cluster import TestBed, TestBedError
+
+log = logging.getLogger("streamjob-testbed")
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("STREAMJOB_TESTBED_DIR") or locate.repo_root() / ".testbed")
+
+
+def _pid_file() -> Path:
+    return state_dir() / "testbed.pid"
+
+
+def _running_pid() -> int | None:
+    try:
+        pid = int(_pid_file().read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    return pid
+
+
+def _env_lines(bed: TestBed, kubeconfig: Path) -> list[str]:
+    assert bed.s3 is not None
+    lines = [
+        f"export KUBECONFIG={kubeconfig}",
+        f"export STREAMJOB_S3_ENDPOINT={bed.s3.endpoint}",
+        f"export AWS_ACCESS_KEY_ID={bed.s3.access_key}",
+        f"export AWS_SECRET_ACCESS_KEY={bed.s3.secret_key}",
+        f"export AWS_DEFAULT_REGION={bed.s3.region}",
+        f"export PATH={locate.bin_dir()}:$PATH",
+    ]
+    if bed.jars_dir:
+        lines.append(f"export STREAMJOB_JARS_DIR={bed.jars_dir}")
+    return lines
+
+
+def apply_manifests(bed: TestBed, paths: list[str]) -> None:
+    kubectl = str(locate.bin_dir() / "kubectl")
+    for path in paths:
+        result = subprocess.run(
+            [kubectl, f"--kubeconfig={bed.kubeconfig}", "apply", "-f", path],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if result.returncode != 0:
+            raise TestBedError(f"kubectl apply -f {path} failed:\n{result.stderr.strip()}")
+        for line in result.stdout.splitlines():
+            log.info("Applied %s", line)
+
+
+def run_foreground(args: argparse.Namespace) -> int:
+    """Runs the test bed in this process until SIGINT/SIGTERM."""
+    root = state_dir()
+    if _running_pid() not in (None, os.getpid()):
+        print(f"streamjob-testbed: already running (pid {_running_pid()}); run 'streamjob-testbed down' first", file=sys.stderr)
+        return 1
+    run_dir = root / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    ready_file = root / "ready"
+    ready_file.unlink(missing_ok=True)
+    _pid_file().write_text(str(os.getpid()))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    bed = TestBed(run_dir)
+    try:
+        bed.start()
+        kubeconfig = root / "kubeconfig"
+        shutil.copyfile(bed.kubeconfig, kubeconfig)
+        env_lines = _env_lines(bed, kubeconfig)
+        (root / "env").write_text("\n".join(env_lines) + "\n")
+        apply_manifests(bed, args.apply or [])
+        # Later: the operator joins here when `up` grows "run the operator".
+        ready_file.write_text(json.dumps(bed.info(), indent=2))
+        print(f"export KUBECONFIG={kubeconfig}", flush=True)
+        print(f"# S3, kubectl and jars: source {root / 'env'}; logs: {bed.log_dir}", flush=True)
+        while not stop.wait(1):
+            pass
+        bed.stop(keep=False)
+        return 0
+    except TestBedError as exc:
+        print(f"streamjob-testbed: {exc}", file=sys.stderr)
+        bed.stop(keep=True)
+        return 1
+    except BaseException:
+        bed.stop(keep=True)
+        raise
+    finally:
+        ready_file.unlink(missing_ok=True)
+        _pid_file().unlink(missing_ok=True)
+
+
+def run_background(args: argparse.Namespace, timeout: float = 300.0) -> int:
+    """Starts ``up --foreground`` detached, waits until it is ready, prints the exports."""
+    root = state_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    if _running_pid():
+        print(f"streamjob-testbed: already running (pid {_running_pid()}); run 'streamjob-testbed down' first", file=sys.stderr)
+        return 1
+    (root / "ready").unlink(missing_ok=True)
+    shim = root / "pythonpath"
+    shim.mkdir(exist_ok=True)
+    if not (shim / "testbed").exists():
+        (shim / "testbed").symlink_to(Path(__file__).resolve().parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    argv = [sys.executable, "-m", "testbed.cli", "up", "--foreground"]
+    for path in args.apply or []:
+        argv += ["--apply", str(Path(path).resolve())]
+    log_path = root / "up.log"
+    with open(log_path, "wb") as out:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=root, env=env, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (root / "ready").exists():
+            print(f"export KUBECONFIG={root / 'kubeconfig'}")
+            print(f"# S3, kubectl and jars: source {root / 'env'}; stop with: streamjob-testbed down", file=sys.stderr)
+            return 0
+        if child.poll() is not None:
+            print(f"streamjob-testbed: the test bed failed to start; {log_path}:\n{log_path.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+    child.terminate()
+    print(f"streamjob-testbed: not ready within {timeout:.0f}s; see {log_path}", file=sys.stderr)
+    return 1
+
+
+def down(timeout: float = 60.0) -> int:
+    pid = _running_pid()
+    if pid is None:
+        print("streamjob-testbed: not running", file=sys.stderr)
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            print("streamjob-testbed: stopped", file=sys.stderr)
+            return 0
+        time.sleep(0.5)
+    os.kill(pid, signal.SIGKILL)
+    print(f"streamjob-testbed: killed pid {pid} after {timeout:.0f}s", file=sys.stderr)
+    return 1
+
+
+def status() -> int:
+    ready = state_dir() / "ready"
+    if _running_pid() and ready.exists():
+        print(ready.read_text())
+        return 0
+    print("streamjob-testbed: not running", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="streamjob-testbed", description="Local test bed: real kube-apiserver, S3, process kubelet.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the test bed (in the background unless --foreground)")
+    up.add_argument("--apply", action="append", metavar="FILE_OR_DIR", help="kubectl apply -f this once up (repeatable, in order)")
+    up.add_argument("--foreground", action="store_true", help="stay in the foreground until Ctrl-C / SIGTERM")
+    up.add_argument("manifests", nargs="*", help="more manifests to apply, after --apply ones (lets a shell glob follow --apply)")
+    sub.add_parser("down", help="stop a test bed started with up")
+    sub.add_parser("status", help="print the running test bed's endpoints")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    if args.command == "up":
+        args.apply = (args.apply or []) + list(args.manifests)
+        return run_foreground(args) if args.foreground else run_background(args)
+    if args.command == "down":
+        return down()
+    return status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""The test bed as one object: start every real component on loopback, expose how to reach them, stop.
+
+Called by ``tests/conftest.py`` (one test bed per pytest session) and by
+``testbed.cli`` (``streamjob-testbed up``). Components, in start order: etcd,
+kube-apiserver (RBAC on), kube-controller-manager, versitygw (S3), the process
+kubelet. Everything lives in one run directory (certs, kubeconfigs, data,
+logs), kept when something fails.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from kubernetes import client, config
+
+from testbed import kubeconfig as kubeconfig_file
+from testbed import locate, pki, rbac, spark
+from testbed.control_plane import start_apiserver, start_controller_manager, start_etcd
+from testbed.proc import ComponentError, ManagedProcess, tail
+from testbed.s3 import S3Credentials, start_s3
+from testbed.s3 import client as s3_client
+
+log = logging.getLogger(__name__)
+
+NODE_NAME = "testbed-node"
+DEFAULT_BUCKETS = ("streamjob",)
+
+
+class TestBedError(RuntimeError):
+    """The test bed could not start; the message names the component and shows its log."""
+
+    __test__ = False  # not a pytest test class
+
+
+class TestBed:
+    """A running test bed. Use as a context manager, or ``start()`` / ``stop()``."""
+
+    __test__ = False
+
+    def __init__(
+        self,
+        run_dir: Path | None = None,
+        *,
+        buckets: tuple[str, ...] = DEFAULT_BUCKETS,
+        node_name: str = NODE_NAME,
+    ) -> None:
+        self.run_dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="streamjob-testbed-"))
+        self.buckets = buckets
+        self.node_name = node_name
+        self.log_dir = self.run_dir / "logs"
+        self.kubeconfig = self.run_dir / "kubeconfig"
+        self.ca_file = self.run_dir / "pki" / "ca.crt"
+        self.kubelet_dir = self.run_dir / "kubelet"
+        self.api_url = ""
+        self.apiserver_port = 0
+        self.s3: S3Credentials | None = None
+        self.jars_dir: Path | None = None
+        self._processes: list[ManagedProcess] = []
+
+    # --- lifecycle -------------------------------------------------------------
+    def __enter__(self) -> TestBed:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop(keep=exc is not None)
+
+    def start(self, timeout: float = 180.0) -> TestBed:
+        started = time.monotonic()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start_all(timeout)
+        except BaseException as exc:
+            self.stop(keep=True)
+            if isinstance(exc, (ComponentError, locate.MissingToolError)):
+                raise TestBedError(f"{exc}\n(test bed logs kept in {self.log_dir})") from exc
+            raise
+        log.info("Started test bed run_dir=%s seconds=%.1f", self.run_dir, time.monotonic() - started)
+        return self
+
+    def _start_all(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        bins = locate.bin_dir()
+        self.jars_dir = locate.jars_dir()
+        certs = pki.generate(self.run_dir / "pki", node_name=self.node_name)
+
+        etcd = start_etcd(bins / "etcd", self.run_dir / "etcd", self.log_dir / "etcd.log")
+        self._processes.append(etcd.process)
+
+        apiserver = start_apiserver(
+            bins / "kube-apiserver",
+            etcd_url=etcd.url,
+            pki=certs,
+            work_dir=self.run_dir / "apiserver",
+            log_path=self.log_dir / "kube-apiserver.log",
+        )
+        self._processes.append(apiserver.process)
+        self.api_url = apiserver.url
+        self.apiserver_port = apiserver.port
+
+        kubeconfig_file.write(self.kubeconfig, server=self.api_url, ca_file=certs.ca.cert, client=certs.admin, user="streamjob-admin")
+        kcm_config = kubeconfig_file.write(
+            self.run_dir / "controller-manager.kubeconfig",
+            server=self.api_url, ca_file=certs.ca.cert, client=certs.controller_manager, user="system:kube-controller-manager",
+        )
+        kubelet_config = kubeconfig_file.write(
+            self.run_dir / "kubelet.kubeconfig",
+            server=self.api_url, ca_file=certs.ca.cert, client=certs.kubelet, user=f"system:node:{self.node_name}",
+        )
+
+        kcm = start_controller_manager(
+            bins / "kube-controller-manager",
+            kubeconfig=kcm_config,
+            pki=certs,
+            work_dir=self.run_dir / "controller-manager",
+            log_path=self.log_dir / "kube-controller-manager.log",
+        )
+        self._processes.append(kcm)
+
+        with self.api_client() as api:
+            rbac.install(api, self.node_name)
+
+        s3 = start_s3(bins / "versitygw", data_dir=self.run_dir / "s3", log_path=self.log_dir / "s3.log", buckets=self.buckets)
+        self._processes.append(s3.process)
+        self.s3 = s3.credentials
+
+        kubelet = self._start_kubelet(kubelet_config)
+        self._processes.append(kubelet)
+        self._wait_cluster_ready(kubelet, kcm, deadline)
+        self._write_info()
+
+    def _start_kubelet(self, kubelet_config: Path) -> ManagedProcess:
+        # The package is put on the path through a folder holding only it: the
+        # repository root must not be on sys.path (its operator/ folder would
+        # shadow the standard library's operator module).
+        shim = self.run_dir / "pythonpath"
+        shim.mkdir(exist_ok=True)
+        link = shim / "testbed"
+        if not link.exists():
+            link.symlink_to(Path(__file__).resolve().parent)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(shim)] + [p for p in [env.get("PYTHONPATH")] if p])
+        argv = [
+            sys.executable,
+            "-m",
+            "testbed.kubelet",
+            f"--kubeconfig={kubelet_config}",
+            f"--node-name={self.node_name}",
+            f"--state-dir={self.kubelet_dir}",
+            f"--apiserver-port={self.apiserver_port}",
+        ]
+        if self.jars_dir:
+            argv.append(f"--jars-dir={self.jars_dir}")
+        self.kubelet_dir.mkdir(parents=True, exist_ok=True)
+        return ManagedProcess("kubelet", argv, self.log_dir / "kubelet.log", env=env, cwd=self.kubelet_dir)
+
+    def _wait_cluster_ready(self, kubelet: ManagedProcess, kcm: ManagedProcess, deadline: float) -> None:
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+
+            def node_ready() -> bool:
+                node = core.read_node(self.node_name)
+                return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+            kubelet.wait_ready(node_ready, max(5.0, deadline - time.monotonic()), f"registered as a Ready node {self.node_name}")
+
+            def default_service_account() -> bool:
+                core.read_namespaced_service_account("default", "default")
+                core.read_namespaced_config_map("kube-root-ca.crt", "default")
+                return True
+
+            kcm.wait_ready(
+                default_service_account,
+                max(5.0, deadline - time.monotonic()),
+                "running its service-account and root-CA controllers (default/default ServiceAccount)",
+            )
+
+    def _write_info(self) -> None:
+        (self.run_dir / "testbed.json").write_text(json.dumps(self.info(), indent=2))
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "kubeconfig": str(self.kubeconfig),
+            "api_url": self.api_url,
+            "ca_file": str(self.ca_file),
+            "s3": asdict(self.s3) if self.s3 else None,
+            "buckets": list(self.buckets),
+            "jars_dir": str(self.jars_dir) if self.jars_dir else None,
+            "run_dir": str(self.run_dir),
+            "log_dir": str(self.log_dir),
+            "pod_logs_dir": str(self.kubelet_dir / "logs"),
+            "node_name": self.node_name,
+            "pids": {p.name: p.pid for p in self._processes},
+        }
+
+    def stop(self, keep: bool = False) -> None:
+        """Stops every component, the kubelet (and so every pod) first; removes the run dir unless ``keep``."""
+        for proc in reversed(self._processes):
+            try:
+                proc.stop(timeout=30 if proc.name == "kubelet" else 10)
+            except Exception as exc:
+                log.warning("Failed to stop component=%s error=%s", proc.name, exc)
+        self._processes.clear()
+        if keep:
+            log.info("Kept test bed logs log_dir=%s", self.log_dir)
+        else:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    # --- access ------------------------------------------------------------------
+    def api_client(self) -> client.ApiClient:
+        """A new admin ``kubernetes`` ApiClient (system:masters); close it or use ``with``."""
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def s3_client(self) -> Any:
+        """A boto3 S3 client for the test bed's server."""
+        assert self.s3 is not None, "the test bed is not started"
+        return s3_client(self.s3)
+
+    def spark_s3a_conf(self) -> dict[str, str]:
+        """Spark confs for s3a:// against the test bed's S3 (jars on the driver/executor classpath)."""
+        assert self.s3 is not None, "the test bed is not started"
+        return spark.s3a_conf(self.s3, self.jars_dir)
+
+    def pod_log_dir(self, namespace: str, name: str, uid: str | None = None) -> Path:
+        """The kubelet's log folder for a pod (the newest one of that name when ``uid`` is not given)."""
+        pattern = f"{namespace}_{name}_{uid or '*'}"
+        found = sorted((self.kubelet_dir / "logs").glob(pattern), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise FileNotFoundError(f"no kubelet logs for pod {namespace}/{name} under {self.kubelet_dir / 'logs'}")
+        return found[-1]
+
+    def pod_log(self, namespace: str, name: str, container: str | None = None, uid: str | None = None) -> str:
+        folder = self.pod_log_dir(namespace, name, uid)
+        files = [folder / f"{container}.log"] if container else sorted(folder.glob("*.log"))
+        return "".join(f.read_text(errors="replace") for f in files if f.exists())
+
+    def component_logs(self, lines: int = 30) -> str:
+        return "\n".join(f"--- {p.name} ---\n{tail(p, lines)}" for p in sorted(self.log_dir.glob("*.log")))
+
+
+__all__ = ["S3Credentials", "TestBed", "TestBedError"]

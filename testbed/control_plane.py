@@ -1,0 +1,168 @@
+"""Starts the real Kubernetes control plane of the test bed: etcd, kube-apiserver, kube-controller-manager.
+
+Called by ``testbed.cluster.TestBed.start``. Every server binds to 127.0.0.1
+on ports picked free at start; a port lost to a race is retried.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.pki import CertPair, Pki
+from testbed.proc import ManagedProcess, free_port, start_with_port_retry
+
+SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+@dataclass(frozen=True)
+class Etcd:
+    process: ManagedProcess
+    url: str
+
+
+@dataclass(frozen=True)
+class ApiServer:
+    process: ManagedProcess
+    url: str
+    port: int
+
+
+def https_status(url: str, *, ca: Path | None = None, client: CertPair | None = None, timeout: float = 3.0) -> int:
+    context = ssl.create_default_context(cafile=str(ca)) if ca else ssl._create_unverified_context()
+    if client:
+        context.load_cert_chain(str(client.cert), str(client.key))
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def start_etcd(binary: Path, data_dir: Path, log_path: Path, timeout: float = 60.0) -> Etcd:
+    urls: dict[str, str] = {}
+
+    def start() -> ManagedProcess:
+        client = f"http://127.0.0.1:{free_port()}"
+        peer = f"http://127.0.0.1:{free_port()}"
+        urls["client"] = client
+        return ManagedProcess(
+            "etcd",
+            [
+                str(binary),
+                "--name=testbed",
+                f"--data-dir={data_dir}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=testbed={peer}",
+                "--initial-cluster-state=new",
+                # A throwaway cluster: durability is not worth the fsync latency on CI disks.
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+            log_path,
+        )
+
+    def ready(proc: ManagedProcess) -> None:
+        def probe() -> bool:
+            with urllib.request.urlopen(urls["client"] + "/health", timeout=2) as response:
+                return bool(json.load(response).get("health") == "true")
+
+        proc.wait_ready(probe, timeout, "serving")
+
+    proc = start_with_port_retry(start, ready)
+    return Etcd(proc, urls["client"])
+
+
+def start_apiserver(
+    binary: Path, *, etcd_url: str, pki: Pki, work_dir: Path, log_path: Path, timeout: float = 120.0
+) -> ApiServer:
+    chosen: dict[str, int] = {}
+
+    def start() -> ManagedProcess:
+        port = free_port()
+        chosen["port"] = port
+        return ManagedProcess(
+            "kube-apiserver",
+            [
+                str(binary),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--advertise-address=127.0.0.1",
+                # The "kubernetes" Endpoints may not hold a loopback address; nothing
+                # here routes through the Service anyway.
+                "--endpoint-reconciler-type=none",
+                f"--cert-dir={work_dir}",
+                f"--tls-cert-file={pki.apiserver.cert}",
+                f"--tls-private-key-file={pki.apiserver.key}",
+                f"--client-ca-file={pki.ca.cert}",
+                f"--kubelet-client-certificate={pki.admin.cert}",
+                f"--kubelet-client-key={pki.admin.key}",
+                f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+                f"--service-account-key-file={pki.sa_public_key}",
+                f"--service-account-signing-key-file={pki.sa_private_key}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--authorization-mode=Node,RBAC",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+            log_path,
+        )
+
+    def ready(proc: ManagedProcess) -> None:
+        url = f"https://127.0.0.1:{chosen['port']}/readyz"
+        proc.wait_ready(
+            lambda: https_status(url, ca=pki.ca.cert, client=pki.admin) == 200, timeout, "ready (/readyz)"
+        )
+
+    proc = start_with_port_retry(start, ready)
+    port = chosen["port"]
+    return ApiServer(proc, f"https://127.0.0.1:{port}", port)
+
+
+def start_controller_manager(
+    binary: Path, *, kubeconfig: Path, pki: Pki, work_dir: Path, log_path: Path, timeout: float = 90.0
+) -> ManagedProcess:
+    chosen: dict[str, int] = {}
+
+    def start() -> ManagedProcess:
+        port = free_port()
+        chosen["port"] = port
+        return ManagedProcess(
+            "kube-controller-manager",
+            [
+                str(binary),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={work_dir}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki.sa_private_key}",
+                f"--root-ca-file={pki.ca.cert}",
+                f"--cluster-signing-cert-file={pki.ca.cert}",
+                f"--cluster-signing-key-file={pki.ca.key}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--controllers=*",
+                "--v=1",
+            ],
+            log_path,
+        )
+
+    def ready(proc: ManagedProcess) -> None:
+        url = f"https://127.0.0.1:{chosen['port']}/healthz"
+        proc.wait_ready(lambda: https_status(url) == 200, timeout, "healthy (/healthz)")
+
+    return start_with_port_retry(start, ready)
+

@@ -1,0 +1,88 @@
+"""Where the test bed finds its binaries, jars and Python environment.
+
+Called by ``testbed.cluster`` and ``testbed.kubelet.images``. The paths come
+from the environment that ``scripts/bootstrap.sh`` writes to ``.streamjob-env``
+(``STREAMJOB_BIN_DIR``, ``STREAMJOB_JARS_DIR``); without it, the version-keyed
+cache folders are searched.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# Keep in step with testbed/build/build-go-binaries.sh.
+K8S_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.8"
+VERSITYGW_VERSION = "v1.8.0"
+HELM_VERSION = "v3.22.0"
+
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "versitygw")
+
+
+class MissingToolError(RuntimeError):
+    """A binary or jar the test bed needs is not there; the message says how to get it."""
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get("STREAMJOB_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "streamjob"
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def bin_dir() -> Path:
+    explicit = os.environ.get("STREAMJOB_BIN_DIR")
+    candidate = (
+        Path(explicit)
+        if explicit
+        else cache_root()
+        / "bin"
+        / f"k8s-{K8S_VERSION}-etcd-{ETCD_VERSION}-s3-{VERSITYGW_VERSION}-helm-{HELM_VERSION}"
+    )
+    missing = [b for b in BINARIES if not os.access(candidate / b, os.X_OK)]
+    if missing:
+        raise MissingToolError(
+            f"test bed binaries {', '.join(missing)} are missing from {candidate}: "
+            "run scripts/bootstrap.sh (or bash testbed/build/build-go-binaries.sh) to build them"
+        )
+    return candidate
+
+
+def jars_dir() -> Path | None:
+    """The s3a jars from testbed/build/fetch-jars.sh, or None when they were not fetched."""
+    explicit = os.environ.get("STREAMJOB_JARS_DIR")
+    if explicit:
+        path = Path(explicit)
+        return path if (path / ".complete").exists() else None
+    import pyspark
+
+    spark_version = pyspark.__version__
+    candidates = sorted((cache_root() / "jars").glob(f"spark-{spark_version}-hadoop-*/.complete"))
+    return candidates[-1].parent if candidates else None
+
+
+def require_jars_dir() -> Path:
+    found = jars_dir()
+    if found is None:
+        raise MissingToolError(
+            "the s3a jars (hadoop-aws + AWS SDK bundle) were not fetched: "
+            f"run bash testbed/build/fetch-jars.sh {sys.prefix}"
+        )
+    return found
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def venv_bin() -> Path:
+    return Path(sys.executable).parent

@@ -1,0 +1,195 @@
+"""Certificates and keys for the test bed's control plane.
+
+Called by ``testbed.cluster`` once per run: a CA, the API server's serving cert,
+client certs (admin, controller-manager, kubelet) and the service-account
+signing key pair, all written as PEM files under the run's ``pki/`` directory.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+_VALIDITY = datetime.timedelta(days=30)
+
+
+@dataclass(frozen=True)
+class CertPair:
+    cert: Path
+    key: Path
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: CertPair
+    apiserver: CertPair
+    admin: CertPair
+    controller_manager: CertPair
+    kubelet: CertPair
+    sa_private_key: Path
+    sa_public_key: Path
+
+
+def _new_key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def _write_key(key: rsa.RSAPrivateKey, path: Path) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
+    attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    return x509.Name(attrs)
+
+
+def _issue(
+    *,
+    subject: x509.Name,
+    key: rsa.RSAPrivateKey,
+    ca_cert: x509.Certificate,
+    ca_key: rsa.RSAPrivateKey,
+    server: bool,
+    sans: tuple[str, ...] = (),
+) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=True,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+    )
+    if sans:
+        names: list[x509.GeneralName] = []
+        for san in sans:
+            try:
+                names.append(x509.IPAddress(ipaddress.ip_address(san)))
+            except ValueError:
+                names.append(x509.DNSName(san))
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    return builder.sign(ca_key, hashes.SHA256())
+
+
+def _write_cert(cert: x509.Certificate, path: Path) -> None:
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def generate(directory: Path, *, node_name: str) -> Pki:
+    """Writes a fresh CA and every cert the run needs into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = _new_key()
+    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+    ca_name = _name("streamjob-testbed-ca")
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=False,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    ca = CertPair(directory / "ca.crt", directory / "ca.key")
+    _write_cert(ca_cert, ca.cert)
+    _write_key(ca_key, ca.key)
+
+    def leaf(stem: str, subject: x509.Name, *, server: bool, sans: tuple[str, ...] = ()) -> CertPair:
+        key = _new_key()
+        cert = _issue(subject=subject, key=key, ca_cert=ca_cert, ca_key=ca_key, server=server, sans=sans)
+        pair = CertPair(directory / f"{stem}.crt", directory / f"{stem}.key")
+        _write_cert(cert, pair.cert)
+        _write_key(key, pair.key)
+        return pair
+
+    apiserver = leaf(
+        "apiserver",
+        _name("kube-apiserver"),
+        server=True,
+        sans=(
+            "127.0.0.1",
+            "10.96.0.1",
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ),
+    )
+    admin = leaf("admin", _name("streamjob-admin", ("system:masters",)), server=False)
+    controller_manager = leaf("controller-manager", _name("system:kube-controller-manager"), server=False)
+    kubelet = leaf("kubelet", _name(f"system:node:{node_name}", ("system:nodes",)), server=False)
+
+    sa_key = _new_key()
+    sa_private = directory / "sa.key"
+    sa_public = directory / "sa.pub"
+    _write_key(sa_key, sa_private)
+    sa_public.write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return Pki(
+        ca=ca,
+        apiserver=apiserver,
+        admin=admin,
+        controller_manager=controller_manager,
+        kubelet=kubelet,
+        sa_private_key=sa_private,
+        sa_public_key=sa_public,
+    )

@@ -1,0 +1,95 @@
+"""Shared pytest fixtures: one real test bed per session, admin clients, a fresh namespace per test.
+
+The test bed (kube-apiserver + etcd with RBAC, kube-controller-manager, S3,
+the process kubelet) starts on first use and stops at the end of the session.
+Its logs are kept, and their folder printed, when a test failed or when
+STREAMJOB_KEEP_TESTBED=1.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from testbed import TestBed
+from testbed.waiting import wait_for
+
+
+@pytest.fixture(scope="session")
+def testbed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
+    bed = TestBed()
+    bed.start()
+    yield bed
+    keep = request.session.testsfailed > 0 or os.environ.get("STREAMJOB_KEEP_TESTBED") == "1"
+    bed.stop(keep=keep)
+    if keep:
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        message = f"test bed logs kept in {bed.run_dir} (components: {bed.log_dir}, pods: {bed.kubelet_dir / 'logs'})"
+        if reporter is not None:
+            reporter.write_line(message)
+        else:
+            print(message)
+
+
+@pytest.fixture(scope="session")
+def kube_api(testbed: TestBed) -> Iterator[client.ApiClient]:
+    """An admin (system:masters) ApiClient for the test bed."""
+    api = testbed.api_client()
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="session")
+def core_v1(kube_api: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(kube_api)
+
+
+@pytest.fixture(scope="session")
+def s3(testbed: TestBed) -> Any:
+    """A boto3 S3 client for the test bed's S3 server."""
+    return testbed.s3_client()
+
+
+@pytest.fixture(scope="session")
+def spark_local(testbed: TestBed) -> Iterator[Any]:
+    """One local-mode SparkSession per test session with s3a:// pointed at the test bed's S3.
+
+    Shared because a Python process gets one JVM: confs that shape the JVM
+    (the s3a jars on the driver classpath) only count at its first start.
+    """
+    from pyspark.sql import SparkSession
+
+    from testbed import locate
+
+    locate.require_jars_dir()
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("streamjob-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+    )
+    for key, value in testbed.spark_s3a_conf().items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, core_v1: client.CoreV1Api) -> Iterator[str]:
+    """A fresh namespace, ready for pods (default ServiceAccount and root CA published), deleted after."""
+    base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    name = f"{base}-{uuid.uuid4().hex[:5]}"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_for(lambda: core_v1.read_namespaced_service_account("default", name), 30, f"default ServiceAccount in {name}")
+    wait_for(lambda: core_v1.read_namespaced_config_map("kube-root-ca.crt", name), 30, f"kube-root-ca.crt in {name}")
+    yield name
+    core_v1.delete_namespace(name)
