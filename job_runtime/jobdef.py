@@ -31,7 +31,8 @@ def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str
     """One `x-kubernetes-validations` entry (a CEL rule checked by the API server)."""
     entry = {"rule": rule, "message": message}
     if field_path:
-        entry["fieldPath"] = field_path
+        # the API server wants a JSONPath-like ".field"; accept "field" too
+        entry["fieldPath"] = field_path if field_path.startswith(".") else "." + field_path
     return entry
 
 
@@ -81,10 +82,10 @@ class Source(Model):
         }
     )
 
-    name: str = Field(pattern=NAME_PATTERN, description="Name the SQL transforms use to refer to this source (a SQL identifier).")
+    name: str = Field(pattern=NAME_PATTERN, max_length=63, description="Name the SQL transforms use to refer to this source (a SQL identifier).")
     kind: SourceKind = Field(description="rate (generated rows), files (a directory of json/csv/parquet files) or kafka.")
     format: FileFormat | None = Field(default=None, description="File format of a files source.")
-    path: str | None = Field(default=None, description="Directory a files source reads new files from (file://, s3a://).")
+    path: str | None = Field(default=None, max_length=1024, description="Directory a files source reads new files from (file://, s3a://).")
     schema_: str | None = Field(
         default=None, alias="schema", description="Schema of a files source as a Spark DDL string, e.g. 'user STRING, ts TIMESTAMP'."
     )
@@ -95,7 +96,7 @@ class Source(Model):
 
 
 class Transform(Model):
-    name: str = Field(pattern=NAME_PATTERN, description="Name later transforms and the sink use for this result.")
+    name: str = Field(pattern=NAME_PATTERN, max_length=63, description="Name later transforms and the sink use for this result.")
     sql: str = Field(
         min_length=1,
         description="A Spark SQL SELECT over sources and earlier transforms. Windows: window(ts, '1 minute') "
@@ -129,16 +130,43 @@ class Pipeline(Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                cel("self.sources.all(s, self.sources.exists_one(t, t.name == s.name))", "source names must be unique"),
                 cel("!has(self.transforms) || self.transforms.all(t, !self.sources.exists(s, s.name == t.name))",
                     "a transform must not reuse a source's name"),
+                cel("!has(self.sink.input) || self.sources.exists(s, s.name == self.sink.input) "
+                    "|| (has(self.transforms) && self.transforms.exists(t, t.name == self.sink.input))",
+                    "sink.input must name a source or a transform", "sink.input"),
             ]
         }
     )
 
-    sources: list[Source] = Field(min_length=1, max_length=16, description="Input streams.")
-    transforms: list[Transform] = Field(default_factory=list, max_length=32, description="SQL steps, in order.")
+    # list-type map: the API server itself refuses two entries with one name
+    sources: list[Source] = Field(
+        min_length=1, max_length=16, description="Input streams; names are unique.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    transforms: list[Transform] = Field(
+        default_factory=list, max_length=32, description="SQL steps, in order; names are unique.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "Pipeline":
+        names = [s.name for s in self.sources] + [t.name for t in self.transforms]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"names must be unique across sources and transforms: {', '.join(dupes)}")
+        return self
     sink: Sink = Field(description="Where the result goes.")
+
+    @model_validator(mode="after")
+    def _names_resolve(self) -> "Pipeline":
+        names = [s.name for s in self.sources] + [t.name for t in self.transforms]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"names must be unique across sources and transforms: {', '.join(duplicates)}")
+        if self.sink.input is not None and self.sink.input not in names:
+            raise ValueError(f"sink.input: no source or transform named {self.sink.input!r}")
+        return self
 
 
 class JobDefinition(Model):
@@ -148,6 +176,8 @@ class JobDefinition(Model):
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel("has(self.entrypoint) != has(self.pipeline)", "set exactly one of job.entrypoint or job.pipeline"),
+                cel("!has(self.pipeline) || (!has(self.sources) && !has(self.sink))",
+                    "job.sources and job.sink go with job.entrypoint; a pipeline declares its own"),
             ]
         }
     )
@@ -163,11 +193,25 @@ class JobDefinition(Model):
     )
     pipeline: Pipeline | None = Field(default=None, description="A declarative pipeline: sources, SQL transforms, a sink.")
     config: dict[str, str] = Field(default_factory=dict, description="Free-form settings handed to the entrypoint as context.config.")
+    sources: list[Source] | None = Field(
+        default=None, max_length=16,
+        description="Sources an entrypoint job opens by name with context.source(name) (entrypoint jobs only).",
+    )
+    sink: Sink | None = Field(
+        default=None, description="Sink an entrypoint job writes to with context.sink(df) (entrypoint jobs only)."
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> "JobDefinition":
         if (self.entrypoint is None) == (self.pipeline is None):
             raise ValueError("set exactly one of job.entrypoint or job.pipeline")
+        if self.pipeline is not None and (self.sources is not None or self.sink is not None):
+            raise ValueError("job.sources and job.sink go with job.entrypoint; a pipeline declares its own")
+        if self.sources:
+            names = [s.name for s in self.sources]
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            if duplicates:
+                raise ValueError(f"sources: names must be unique: {', '.join(duplicates)}")
         return self
 
 

@@ -33,6 +33,7 @@ class Pki:
     admin: CertPair
     controller_manager: CertPair
     kubelet: CertPair
+    front_proxy_client: CertPair
     sa_private_key: Path
     sa_public_key: Path
 
@@ -174,6 +175,7 @@ def generate(directory: Path, *, node_name: str) -> Pki:
     admin = leaf("admin", _name("streamjob-admin", ("system:masters",)), server=False)
     controller_manager = leaf("controller-manager", _name("system:kube-controller-manager"), server=False)
     kubelet = leaf("kubelet", _name(f"system:node:{node_name}", ("system:nodes",)), server=False)
+    front_proxy_client = leaf("front-proxy-client", _name("front-proxy-client"), server=False)
 
     sa_key = _new_key()
     sa_private = directory / "sa.key"
@@ -190,6 +192,7 @@ def generate(directory: Path, *, node_name: str) -> Pki:
         admin=admin,
         controller_manager=controller_manager,
         kubelet=kubelet,
+        front_proxy_client=front_proxy_client,
         sa_private_key=sa_private,
         sa_public_key=sa_public,
     )

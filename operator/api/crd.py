@@ -21,6 +21,7 @@ from .status import StreamJobStatus
 CRD_FILENAME = f"{API_GROUP}_{PLURAL}.yaml"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_TARGETS = [REPO_ROOT / "crds" / CRD_FILENAME, REPO_ROOT / "charts" / "streamjob" / "crds" / CRD_FILENAME]
+REFERENCE_TARGET = REPO_ROOT / "docs" / "reference.md"
 
 _DROP_KEYS = {"title"}
 
@@ -67,8 +68,8 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         out.setdefault("additionalProperties", None)
         if out["additionalProperties"] in (None, False):
             out.pop("additionalProperties")
-        # a nested object whose fields all have defaults is defaulted to {}, so
-        # the API server fills in its fields' defaults as well
+        # a nested object whose fields all have defaults gets its full default,
+        # so the API server fills it in when the user leaves it out
         for name, sub in out["properties"].items():
             if (
                 sub.get("type") == "object"
@@ -76,15 +77,15 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
                 and "default" not in sub
                 and name not in out.get("required", [])
                 and not sub.get("required")
-                and sub.get("_factory_default")
+                and "_factory_default" in sub
             ):
-                sub["default"] = {}
+                sub["default"] = sub["_factory_default"]
             sub.pop("_factory_default", None)
     return out
 
 
 def _mark_factory_defaults(model: type, schema: dict[str, Any]) -> None:
-    """Flag fields that have a default_factory, so they get `default: {}`."""
+    """Record the defaults of object fields that have a default_factory."""
     from pydantic import BaseModel
 
     def visit(m: type[BaseModel], node: dict[str, Any], defs: dict[str, Any]) -> None:
@@ -92,7 +93,10 @@ def _mark_factory_defaults(model: type, schema: dict[str, Any]) -> None:
         for name, field in m.model_fields.items():
             key = field.alias or name
             if key in props and field.default_factory is not None:
-                props[key]["_factory_default"] = True
+                value = field.default_factory()  # type: ignore[call-arg]
+                if isinstance(value, BaseModel):
+                    # the full default, so CEL rules on the object see every field
+                    props[key]["_factory_default"] = value.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     defs = schema.get("$defs", {})
     visit(model, schema, defs)
@@ -186,17 +190,27 @@ def render_crd() -> str:
     return header + yaml.safe_dump(generate_crd(), sort_keys=False, width=120)
 
 
+def generated_files() -> dict[Path, str]:
+    """Every file generated from the models, with its expected content."""
+    from .reference import render_reference
+
+    crd = render_crd()
+    files = {p: crd for p in CRD_TARGETS}
+    files[REFERENCE_TARGET] = render_reference(generate_crd())
+    return files
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Generate (or check) the StreamJob CRD YAML.")
+    parser = argparse.ArgumentParser(description="Generate (or check) the StreamJob CRD YAML and its reference doc.")
     parser.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
     args = parser.parse_args(argv)
-    text = render_crd()
-    stale = [p for p in CRD_TARGETS if not p.exists() or p.read_text() != text]
+    files = generated_files()
+    stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
     if args.check:
         for p in stale:
             print(f"{p}: differs from the models; run python -m streamjob_operator.api.crd", file=sys.stderr)
         return 1 if stale else 0
-    for p in CRD_TARGETS:
+    for p, text in files.items():
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
         print(f"wrote {p}")

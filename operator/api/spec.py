@@ -81,7 +81,7 @@ class ExecutorSpec(Resources):
 
 class CheckpointSpec(Model):
     location: str = Field(
-        pattern=r"^(s3a|file)://.+",
+        pattern=r"^(s3a|file)://.+", max_length=1024,
         description="Where Spark keeps the job's checkpoint (offsets, commits, state): s3a:// or file://.",
     )
     trigger_interval: str = Field(
@@ -96,7 +96,7 @@ class RetentionSpec(Model):
 
 
 class SavepointSpec(Model):
-    location: str = Field(pattern=r"^s3a?://.+", description="S3 prefix under which savepoints are written: s3://bucket/prefix.")
+    location: str = Field(pattern=r"^s3a?://.+", max_length=1024, description="S3 prefix under which savepoints are written: s3://bucket/prefix.")
     retention: RetentionSpec = Field(default_factory=RetentionSpec, description="How many savepoints and for how long to keep them.")
     periodic_interval: str | None = Field(
         default=None, alias="periodicInterval", pattern=GO_DURATION_PATTERN, description="Take a savepoint this often while running, e.g. 1h."
@@ -198,7 +198,7 @@ class StreamJobSpec(Model):
     rollback: RollbackSpec = Field(default_factory=RollbackSpec, description="Automatic rollback of upgrades that do not become ready.")
     deletion: DeletionSpec = Field(default_factory=DeletionSpec, description="What happens on delete.")
     initial_savepoint_path: str | None = Field(
-        default=None, alias="initialSavepointPath", description="Savepoint to restore from on first deploy."
+        default=None, alias="initialSavepointPath", max_length=1024, description="Savepoint to restore from on first deploy."
     )
     allow_non_restored_state: bool = Field(
         default=False, alias="allowNonRestoredState",

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from job_runtime.jobdef import Model
 
-MAX_SAVEPOINT_HISTORY = 10
+MAX_SAVEPOINT_HISTORY = 100  # >= spec.savepoint.retention.count's maximum, so retention alone bounds it
 MAX_FAILURE_TIMES = 50
 MAX_MESSAGE = 1024
 
@@ -29,6 +29,7 @@ class LifecycleState(str, Enum):
     suspending = "Suspending"
     suspended = "Suspended"
     failed = "Failed"
+    finished = "Finished"
     deleting = "Deleting"
 
 
@@ -74,6 +75,23 @@ class Operation(Model):
     started_at: str | None = Field(default=None, alias="startedAt", description="When the operation started (RFC 3339).")
     deadline: str | None = Field(default=None, description="When the operation gives up (RFC 3339).")
     message: str = Field(default="", max_length=MAX_MESSAGE, description="Detail.")
+    restore_mode: str | None = Field(
+        default=None, alias="restoreMode",
+        description="How the next driver gets its state: savepoint (restore savepointPath into a fresh checkpoint), "
+        "last-state (resume the current checkpoint) or stateless (fresh checkpoint).",
+    )
+    trigger: str | None = Field(default=None, description="Why the savepoint is taken: upgrade, suspend, manual, periodic or delete.")
+    trigger_id: str | None = Field(default=None, alias="triggerId", description="The driver's id of the savepoint request.")
+
+
+class BlockedChange(Model):
+    """A change that was not rolled out; retried when the spec or a nonce changes."""
+
+    spec_hash: str = Field(alias="specHash", description="Hash of the spec that was not rolled out.")
+    savepoint_nonce: int = Field(default=0, alias="savepointNonce", description="spec.savepointNonce when it was blocked.")
+    restart_nonce: int = Field(default=0, alias="restartNonce", description="spec.restartNonce when it was blocked.")
+    reason: str = Field(description="SavepointFailed, RolledBack or StatePartitionsChangeRefused.")
+    message: str = Field(default="", max_length=MAX_MESSAGE, description="Detail.")
 
 
 class StreamJobStatus(Model):
@@ -98,3 +116,17 @@ class StreamJobStatus(Model):
     last_reconciled_spec: str | None = Field(default=None, alias="lastReconciledSpec", description="JSON of the spec last deployed.")
     last_stable_spec: str | None = Field(default=None, alias="lastStableSpec", description="JSON of the last spec that ran ready.")
     last_error: str | None = Field(default=None, alias="lastError", max_length=MAX_MESSAGE, description="Last error, e.g. the driver's.")
+    driver_epoch: int = Field(default=0, alias="driverEpoch", description="Counter of drivers created; the current driver pod is <name>-driver-<epoch>.")
+    checkpoint_location: str | None = Field(
+        default=None, alias="checkpointLocation", description="Checkpoint location of the current state (under spec.checkpoint.location)."
+    )
+    restored_from: str | None = Field(
+        default=None, alias="restoredFrom", description="Savepoint the current checkpoint location was seeded from (never pruned)."
+    )
+    deployed_at: str | None = Field(default=None, alias="deployedAt", description="When the current driver pod was created (RFC 3339).")
+    last_savepoint_attempt_at: str | None = Field(
+        default=None, alias="lastSavepointAttemptAt", description="When a savepoint was last triggered, for the periodic schedule."
+    )
+    blocked_change: BlockedChange | None = Field(
+        default=None, alias="blockedChange", description="A spec change that was not rolled out and why; retried on the next spec change or nonce."
+    )

@@ -74,20 +74,33 @@ mvn_run "resolve the dependencies of org.apache.hadoop:hadoop-aws:$HADOOP_VERSIO
 SDK_VERSION=$(grep -o 'software\.amazon\.awssdk:bundle:jar:[^:]*' "$work/tree.txt" | head -n1 | cut -d: -f4 || true)
 [[ -n "$SDK_VERSION" ]] || die "org.apache.hadoop:hadoop-aws:$HADOOP_VERSION does not depend on software.amazon.awssdk:bundle (dependency tree: $(tr '\n' ' ' <"$work/tree.txt"))"
 
-artifacts=("org.apache.hadoop:hadoop-aws:$HADOOP_VERSION" "software.amazon.awssdk:bundle:$SDK_VERSION")
-cloud=("$SPARK_JARS"/spark-hadoop-cloud_2.13-*.jar)
-if [[ ${#cloud[@]} -eq 0 ]]; then
-  artifacts+=("org.apache.spark:spark-hadoop-cloud_2.13:$SPARK_VERSION")
-fi
-
 tmp_out="$OUT.partial"
 rm -rf "$tmp_out"
 mkdir -p "$tmp_out"
-for a in "${artifacts[@]}"; do
+for a in "org.apache.hadoop:hadoop-aws:$HADOOP_VERSION" "software.amazon.awssdk:bundle:$SDK_VERSION"; do
   say "fetching $a"
   mvn_run "download $a" dependency:copy -Dartifact="$a" -DoutputDirectory="$tmp_out" -Dmdep.overWriteReleases=true
 done
-printf 'spark=%s\nhadoop=%s\nawssdk-bundle=%s\n' "$SPARK_VERSION" "$HADOOP_VERSION" "$SDK_VERSION" >"$tmp_out/versions.txt"
+
+# spark-hadoop-cloud only adds the S3A committers (PathOutputCommitProtocol);
+# s3a:// reads and writes work without it. Some Spark releases are on PyPI
+# before (or without) this module on Maven Central: then go on without it.
+cloud_note="bundled with pyspark"
+cloud=("$SPARK_JARS"/spark-hadoop-cloud_2.13-*.jar)
+if [[ ${#cloud[@]} -eq 0 ]]; then
+  a="org.apache.spark:spark-hadoop-cloud_2.13:$SPARK_VERSION"
+  say "fetching $a"
+  if mvn -B -ntp dependency:copy -Dartifact="$a" -DoutputDirectory="$tmp_out" -Dmdep.overWriteReleases=true >"$log" 2>&1; then
+    cloud_note="$SPARK_VERSION"
+  elif grep -q -e "Could not find artifact" -e "was not found in" "$log"; then
+    cloud_note="not published for $SPARK_VERSION on Maven Central; S3A committers unavailable"
+    say "warning: $a is not on Maven Central; continuing without it (s3a:// works, the S3A committers do not)"
+  else
+    tail -n 30 "$log" >&2
+    die "Maven could not download $a; see the output above"
+  fi
+fi
+printf 'spark=%s\nhadoop=%s\nawssdk-bundle=%s\nspark-hadoop-cloud=%s\n' "$SPARK_VERSION" "$HADOOP_VERSION" "$SDK_VERSION" "$cloud_note" >"$tmp_out/versions.txt"
 touch "$tmp_out/.complete"
 rm -rf "$OUT"
 mv "$tmp_out" "$OUT"

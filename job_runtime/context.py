@@ -1,0 +1,74 @@
+"""What a Python entrypoint job receives: the JobContext.
+
+Built by job_runtime.jobs for each start of the query and handed to the user's
+`package.module:function`. The function returns a DataStreamWriter (the
+runtime sets checkpoint location, trigger and query name, then starts it) or
+an already started StreamingQuery (then it must have used `context.start` or
+`context.checkpoint_location` and `context.trigger` itself).
+
+    def build(context: JobContext) -> DataStreamWriter:
+        events = context.source("events")            # declared in job.sources, watermark applied
+        counts = tumbling_counts(events, context.config["window"])   # a pure transform
+        return context.sink(counts)                  # declared in job.sink
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from job_runtime.jobdef import Sink, Source
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+
+class JobContextError(LookupError):
+    """A name the job asked for is not declared; the message names the field."""
+
+
+@dataclass(frozen=True)
+class JobContext:
+    spark: "SparkSession"
+    config: Mapping[str, str]
+    job_name: str
+    job_namespace: str
+    checkpoint_location: str
+    trigger_interval: str
+    available_now: bool
+    state_partitions: int
+    query_name: str
+    sources: Mapping[str, Source] = field(default_factory=dict)
+    declared_sink: Sink | None = None
+
+    def source(self, name: str) -> "DataFrame":
+        """The declared source `name` as a streaming DataFrame (event-time watermark applied)."""
+        from job_runtime import pipeline
+
+        if name not in self.sources:
+            declared = ", ".join(sorted(self.sources)) or "none"
+            raise JobContextError(f"job.sources: no source named {name!r} (declared: {declared})")
+        src = self.sources[name]
+        where = f"job.sources[{list(self.sources).index(name)}]"
+        return pipeline.with_event_time(pipeline.open_source(self.spark, src, where), src.event_time)
+
+    def sink(self, df: "DataFrame") -> "DataStreamWriter":
+        """A writer for the declared sink; the runtime adds checkpoint, trigger and query name."""
+        from job_runtime import pipeline
+
+        if self.declared_sink is None:
+            raise JobContextError("job.sink: no sink declared; declare one or return your own DataStreamWriter")
+        return pipeline.sink_writer(df, self.declared_sink)
+
+    def configure(self, writer: "DataStreamWriter") -> "DataStreamWriter":
+        """Apply the runtime's checkpoint location, trigger and query name to `writer`."""
+        writer = writer.option("checkpointLocation", self.checkpoint_location).queryName(self.query_name)
+        if self.available_now:
+            return writer.trigger(availableNow=True)
+        return writer.trigger(processingTime=self.trigger_interval)
+
+    def start(self, writer: "DataStreamWriter") -> "StreamingQuery":
+        """Configure and start `writer` (for jobs that want the StreamingQuery themselves)."""
+        return self.configure(writer).start()

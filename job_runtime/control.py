@@ -1,0 +1,214 @@
+"""The driver's HTTP control endpoint: health, status, savepoints, stop.
+
+Started by job_runtime.runner.Runner; called over HTTP by the operator (and by
+tests). Standard library only: a ThreadingHTTPServer in a daemon thread that
+translates requests into calls on a `Controller` (the runner) and never
+touches Spark itself.
+
+API (JSON in and out; every path but /healthz needs `Authorization: Bearer
+<token>`, the token being the content of the token file, compared in
+constant time; anything else gets 401):
+
+    GET  /healthz               200 {"state"} while the runtime is alive, 503 once it failed
+    GET  /status                200 query and progress figures (see Runner.status)
+    POST /savepoints            body {"path": optional str, "stop": bool}
+                                202 {"id", "path"}; 409 when one is in progress;
+                                400 when no path and no default savepoint location
+    GET  /savepoints            200 {"savepoints": [...]} (most recent last, bounded)
+    GET  /savepoints/<id>       200 {"id", "state": IN_PROGRESS|COMPLETED|FAILED,
+                                     "path", "batchId", "stop", "error"}; 404 unknown id
+    POST /stop                  202 {"state": "STOPPING"}: stop without savepoint, exit 11
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Protocol
+
+log = logging.getLogger("job_runtime.control")
+
+MAX_BODY_BYTES = 64 * 1024
+
+
+class ControlError(Exception):
+    """A request the controller refuses; carries the HTTP status to answer with."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Controller(Protocol):
+    def health(self) -> tuple[bool, dict[str, Any]]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def request_savepoint(self, path: str | None, stop: bool) -> dict[str, Any]: ...
+
+    def savepoint(self, savepoint_id: str) -> dict[str, Any] | None: ...
+
+    def savepoints(self) -> list[dict[str, Any]]: ...
+
+    def request_stop(self) -> dict[str, Any]: ...
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """'HOST:PORT' (IPv6 as '[::1]:PORT') -> (host, port); raises ValueError naming the value."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"--control-address: expected HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def read_token(token_file: Path) -> str:
+    """The token, whitespace stripped; raises ValueError when the file is unreadable or empty."""
+    try:
+        token = token_file.read_text().strip()
+    except OSError as err:
+        raise ValueError(f"--token-file {token_file}: cannot read: {err.strerror}") from None
+    if not token:
+        raise ValueError(f"--token-file {token_file}: is empty")
+    return token
+
+
+def authorized(header: str | None, token: str) -> bool:
+    """Constant-time check of an `Authorization: Bearer <token>` header."""
+    if not header or not token:
+        return False
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "_Server"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        log.debug("served request client=%s %s", self.client_address[0], format % args)
+
+    def _send(self, status: HTTPStatus, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if status == HTTPStatus.UNAUTHORIZED:
+            self.send_header("WWW-Authenticate", 'Bearer realm="streamjob"')
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorized(self) -> bool:
+        try:
+            token = read_token(self.server.token_file)
+        except ValueError as err:
+            # A missing token file must never open the endpoint.
+            log.error("refused request path=%s reason=%s", self.path, err)
+            token = ""
+        if authorized(self.headers.get("Authorization"), token):
+            return True
+        log.warning("refused unauthenticated request client=%s method=%s path=%s", self.client_address[0], self.command, self.path)
+        self._send(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong bearer token"})
+        return False
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            raise ControlError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
+        raw = self.rfile.read(length) if length else b""
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except ValueError as err:
+            raise ControlError(HTTPStatus.BAD_REQUEST, f"body: not JSON: {err}") from None
+        if not isinstance(body, dict):
+            raise ControlError(HTTPStatus.BAD_REQUEST, "body: must be a JSON object")
+        return body
+
+    def _dispatch(self, method: str) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        controller = self.server.controller
+        try:
+            if method == "GET" and path == "/healthz":
+                ok, body = controller.health()
+                self._send(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, body)
+                return
+            if not self._authorized():
+                return
+            if method == "GET" and path == "/status":
+                self._send(HTTPStatus.OK, controller.status())
+            elif method == "POST" and path == "/savepoints":
+                body = self._body()
+                target = body.get("path")
+                stop = body.get("stop", False)
+                if target is not None and (not isinstance(target, str) or not target):
+                    raise ControlError(HTTPStatus.BAD_REQUEST, "body.path: must be a non-empty string")
+                if not isinstance(stop, bool):
+                    raise ControlError(HTTPStatus.BAD_REQUEST, "body.stop: must be true or false")
+                self._send(HTTPStatus.ACCEPTED, controller.request_savepoint(target, stop))
+            elif method == "GET" and path == "/savepoints":
+                self._send(HTTPStatus.OK, {"savepoints": controller.savepoints()})
+            elif method == "GET" and path.startswith("/savepoints/"):
+                found = controller.savepoint(path.removeprefix("/savepoints/"))
+                if found is None:
+                    raise ControlError(HTTPStatus.NOT_FOUND, f"no savepoint with id {path.removeprefix('/savepoints/')!r}")
+                self._send(HTTPStatus.OK, found)
+            elif method == "POST" and path == "/stop":
+                self._send(HTTPStatus.ACCEPTED, controller.request_stop())
+            else:
+                raise ControlError(HTTPStatus.NOT_FOUND, f"no route {method} {path}")
+        except ControlError as err:
+            self._send(err.status, {"error": err.message})
+        except Exception as err:  # the endpoint must outlive a bad request
+            log.exception("failed request method=%s path=%s", method, path)
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(err).__name__}: {err}"})
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch("POST")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], controller: Controller, token_file: Path) -> None:
+        if ":" in address[0]:
+            import socket
+
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+        self.controller = controller
+        self.token_file = token_file
+
+
+class ControlServer:
+    """The control endpoint, serving from a daemon thread until `close()`."""
+
+    def __init__(self, address: str, token_file: Path, controller: Controller) -> None:
+        read_token(token_file)  # fail at start, not at the first request
+        self._server = _Server(parse_address(address), controller, token_file)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="control-endpoint", daemon=True)
+
+    @property
+    def address(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+    def start(self) -> None:
+        self._thread.start()
+        log.info("started control endpoint address=%s", self.address)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

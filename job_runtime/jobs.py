@@ -1,0 +1,91 @@
+"""Turns a job definition into a started StreamingQuery.
+
+Called by job_runtime.runner at each start of the query (the first start, and
+the restart after a stop-with-savepoint whose savepoint failed). Knows the two
+kinds of job: a Python entrypoint `package.module:function` and a declarative
+pipeline (job_runtime.pipeline).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from job_runtime.context import JobContext
+from job_runtime.jobdef import JobDefinition, JobDefinitionError
+from job_runtime.pipeline import _analysis_errors, _first_line, build_pipeline
+from job_runtime.settings import RuntimeSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("job_runtime.jobs")
+
+Entrypoint = Callable[[JobContext], Any]
+
+
+def load_entrypoint(job: JobDefinition) -> Entrypoint:
+    """Import `package.module:function`; raises JobDefinitionError naming job.entrypoint."""
+    assert job.entrypoint is not None
+    for path in job.python_path:
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    module_name, _, function_name = job.entrypoint.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise JobDefinitionError(f"job.entrypoint {job.entrypoint!r}: cannot import module {module_name!r}: {err}") from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise JobDefinitionError(f"job.entrypoint {job.entrypoint!r}: module {module_name!r} has no function {function_name!r}")
+    return function  # type: ignore[no-any-return]
+
+
+def make_context(spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings) -> JobContext:
+    return JobContext(
+        spark=spark,
+        config=dict(job.config),
+        job_name=settings.name,
+        job_namespace=settings.namespace,
+        checkpoint_location=settings.checkpoint_location,
+        trigger_interval=settings.trigger_interval,
+        available_now=settings.available_now,
+        state_partitions=settings.state_partitions,
+        query_name=query_name(settings),
+        sources={s.name: s for s in job.sources or []},
+        declared_sink=job.sink,
+    )
+
+
+def query_name(settings: RuntimeSettings) -> str:
+    # Spark query names must be unique per session and show in the UI and logs.
+    return f"{settings.namespace}_{settings.name}".replace("-", "_")
+
+
+def start_query(spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings) -> "StreamingQuery":
+    """Build the job's query and start it with the runtime's checkpoint, trigger and name."""
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+    context = make_context(spark, job, settings)
+    if job.pipeline is not None:
+        writer = build_pipeline(spark, job.pipeline)
+        try:
+            return context.start(writer)
+        except _analysis_errors() as err:
+            raise JobDefinitionError(f"job.pipeline: the query cannot start: {_first_line(err)}") from None
+    entrypoint = load_entrypoint(job)
+    result = entrypoint(context)
+    if isinstance(result, DataStreamWriter):
+        try:
+            return context.start(result)
+        except _analysis_errors() as err:
+            raise JobDefinitionError(f"job.entrypoint {job.entrypoint!r}: the query cannot start: {_first_line(err)}") from None
+    if isinstance(result, StreamingQuery):
+        return result
+    raise JobDefinitionError(
+        f"job.entrypoint {job.entrypoint!r}: returned {type(result).__name__}, expected a DataStreamWriter or a started StreamingQuery"
+    )

@@ -1,0 +1,149 @@
+"""The declarative pipeline: sources, event time, SQL transforms, a sink.
+
+Called by job_runtime.jobs (for `job.pipeline`) and by JobContext (for the
+sources and sink an entrypoint job declares). The I/O sits at the edges
+(`open_source`, `sink_writer`, `BatchDirectoryWriter`); the middle
+(`with_event_time`, `apply_transforms`) takes DataFrames and returns
+DataFrames. Spark errors in a definition (bad SQL, unknown column) are raised
+as JobDefinitionError naming the field, so the runtime exits INVALID_JOB.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from job_runtime.jobdef import EventTime, FileFormat, JobDefinitionError, Pipeline, Sink, SinkKind, Source, SourceKind, Transform
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
+
+log = logging.getLogger("job_runtime.pipeline")
+
+KAFKA_CONNECTOR = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+
+def _analysis_errors() -> tuple[type[BaseException], ...]:
+    from pyspark.errors import AnalysisException, IllegalArgumentException, ParseException
+
+    return (AnalysisException, ParseException, IllegalArgumentException)
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+# ---- edges: reading ----------------------------------------------------------------------
+
+
+def open_source(spark: "SparkSession", source: Source, where: str) -> "DataFrame":
+    """A streaming DataFrame for one declared source; `where` is its field path for errors."""
+    reader = spark.readStream
+    if source.kind == SourceKind.rate:
+        return reader.format("rate").options(**source.options).load()
+    if source.kind == SourceKind.kafka:
+        from job_runtime.session import class_available
+
+        if not class_available(spark, KAFKA_CONNECTOR):
+            raise JobDefinitionError(
+                f"{where}.kind: kafka source {source.name!r} needs the Kafka connector "
+                "(org.apache.spark:spark-sql-kafka-0-10) on the classpath; it is not there: "
+                "add it to the image or to $STREAMJOB_JARS_DIR"
+            )
+        return reader.format("kafka").options(**source.options).load()
+    assert source.format is not None and source.path is not None and source.schema_ is not None  # the model's rule
+    try:
+        return reader.format(source.format.value).schema(source.schema_).options(**source.options).load(source.path)
+    except _analysis_errors() as err:
+        raise JobDefinitionError(f"{where}.schema: {_first_line(err)}") from None
+
+
+# ---- pure: DataFrame in, DataFrame out ----------------------------------------------------
+
+
+def with_event_time(df: "DataFrame", event_time: EventTime | None, where: str = "eventTime") -> "DataFrame":
+    """`df` with the event-time watermark declared for it (unchanged when none is)."""
+    if event_time is None:
+        return df
+    if event_time.column not in df.columns:
+        raise JobDefinitionError(
+            f"{where}.column: no column {event_time.column!r} (columns: {', '.join(df.columns)})"
+        )
+    return df.withWatermark(event_time.column, event_time.watermark_delay)
+
+
+def apply_transforms(
+    spark: "SparkSession", inputs: Mapping[str, "DataFrame"], transforms: Sequence[Transform], where: str
+) -> dict[str, "DataFrame"]:
+    """Every named result: the inputs plus each transform's SELECT, run over temp views of the earlier ones."""
+    frames = dict(inputs)
+    for name, df in inputs.items():
+        df.createOrReplaceTempView(name)
+    for i, transform in enumerate(transforms):
+        try:
+            result = spark.sql(transform.sql)
+        except _analysis_errors() as err:
+            raise JobDefinitionError(f"{where}.transforms[{i}].sql ({transform.name}): {_first_line(err)}") from None
+        result.createOrReplaceTempView(transform.name)
+        frames[transform.name] = result
+    return frames
+
+
+def sink_input(pipeline: Pipeline) -> str:
+    """The name the sink writes: sink.input, else the last transform, else the first source."""
+    if pipeline.sink.input:
+        return pipeline.sink.input
+    if pipeline.transforms:
+        return pipeline.transforms[-1].name
+    return pipeline.sources[0].name
+
+
+# ---- edges: writing ----------------------------------------------------------------------
+
+
+class BatchDirectoryWriter:
+    """foreachBatch target: batch N goes to `path/batch_id=N`, overwritten when N is replayed.
+
+    A micro-batch re-run after a failure has the same id and the same input
+    (the offsets are in the write-ahead log), so overwriting its own directory
+    makes the sink idempotent by batch id.
+    """
+
+    def __init__(self, path: str, file_format: FileFormat, options: Mapping[str, str]) -> None:
+        self.path = path.rstrip("/")
+        self.file_format = file_format
+        self.options = dict(options)
+
+    def target(self, batch_id: int) -> str:
+        return f"{self.path}/batch_id={batch_id}"
+
+    def __call__(self, batch: "DataFrame", batch_id: int) -> None:
+        batch.write.mode("overwrite").format(self.file_format.value).options(**self.options).save(self.target(batch_id))
+        log.debug("wrote batch batchId=%s path=%s", batch_id, self.target(batch_id))
+
+
+def sink_writer(df: "DataFrame", sink: Sink) -> "DataStreamWriter":
+    """The DataStreamWriter for a declared sink, without checkpoint/trigger (the runtime adds those)."""
+    writer = df.writeStream.outputMode(sink.output_mode.value)
+    if sink.kind == SinkKind.console:
+        return writer.format("console").option("truncate", "false").options(**sink.options)
+    assert sink.path is not None and sink.format is not None  # the model's rule
+    if sink.kind == SinkKind.foreach_batch:
+        return writer.foreachBatch(BatchDirectoryWriter(sink.path, sink.format, sink.options))
+    return writer.format(sink.format.value).option("path", sink.path).options(**sink.options)
+
+
+def build_pipeline(spark: "SparkSession", pipeline: Pipeline, where: str = "job.pipeline") -> "DataStreamWriter":
+    """Sources -> event time -> transforms -> sink writer, for one start of the query."""
+    inputs = {}
+    for i, source in enumerate(pipeline.sources):
+        src_where = f"{where}.sources[{i}]"
+        inputs[source.name] = with_event_time(open_source(spark, source, src_where), source.event_time, f"{src_where}.eventTime")
+    frames = apply_transforms(spark, inputs, pipeline.transforms, where)
+    result = frames[sink_input(pipeline)]
+    try:
+        return sink_writer(result, pipeline.sink)
+    except _analysis_errors() as err:
+        raise JobDefinitionError(f"{where}.sink: {_first_line(err)}") from None

@@ -1,0 +1,281 @@
+"""S3 connection settings, storage URIs, and a small file-store seam over S3 and local disk.
+
+Called by ``job_runtime.checkpoint`` and ``job_runtime.savepoint`` (and through
+them by the runtime in the driver and by the operator, which imports the savepoint
+library without a JVM), and by ``job_runtime.savepoint_cli``.
+
+A location is ``s3://bucket/key``, ``s3a://bucket/key`` (Hadoop's spelling, the
+same object store) or ``file:///abs/path`` (a bare absolute path is accepted as
+``file://``). ``Store`` gives the copy code one listing/reading/deleting interface
+for both, so the savepoint rules are written once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
+
+Scheme = Literal["s3", "file"]
+
+
+class LocationError(ValueError):
+    """A URI that is not a supported storage location; the message names the URI."""
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """How to reach the object store. Credentials never appear in ``repr`` or logs.
+
+    ``None`` credentials mean boto3's default chain (env, web identity, instance
+    profile), which is what a pod with IRSA or a mounted Secret wants.
+    """
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    path_style: bool = True
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    max_concurrency: int = 8
+    max_attempts: int = 5
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> S3Config:
+        """Reads ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``, ``AWS_REGION``/``AWS_DEFAULT_REGION``,
+        ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN`` and
+        ``STREAMJOB_S3_PATH_STYLE`` (default true); explicit ``overrides`` that are not
+        ``None`` win."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {
+            "endpoint_url": env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None,
+            "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+            "path_style": env.get("STREAMJOB_S3_PATH_STYLE", "true").strip().lower() not in ("0", "false", "no"),
+            "access_key_id": env.get("AWS_ACCESS_KEY_ID") or None,
+            "secret_access_key": env.get("AWS_SECRET_ACCESS_KEY") or None,
+            "session_token": env.get("AWS_SESSION_TOKEN") or None,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def client(self) -> Any:
+        """A boto3 S3 client; its connection pool fits ``max_concurrency`` parallel transfers."""
+        import boto3  # type: ignore[import-untyped]
+        from botocore.config import Config  # type: ignore[import-untyped]
+
+        config = Config(
+            s3={"addressing_style": "path" if self.path_style else "auto"},
+            retries={"max_attempts": self.max_attempts, "mode": "standard"},
+            max_pool_connections=max(10, self.max_concurrency * 2),
+        )
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=self.region or "us-east-1",
+            aws_access_key_id=self.access_key_id,
+            aws_secret_access_key=self.secret_access_key,
+            aws_session_token=self.session_token,
+            config=config,
+        )
+
+
+@dataclass(frozen=True)
+class Location:
+    """A parsed storage location: a bucket and key prefix, or a local directory."""
+
+    scheme: Scheme
+    bucket: str
+    path: str  # the S3 key prefix without slashes at either end, or an absolute local path
+    uri: str  # as the caller wrote it, for messages
+
+    def child(self, relative: str) -> Location:
+        relative = relative.strip("/")
+        if self.scheme == "file":
+            return Location("file", "", str(Path(self.path) / relative), f"{self.uri.rstrip('/')}/{relative}")
+        key = f"{self.path}/{relative}" if self.path else relative
+        return Location("s3", self.bucket, key, f"{self.uri.rstrip('/')}/{relative}")
+
+    @property
+    def key_prefix(self) -> str:
+        """The S3 listing prefix, with a trailing slash so ``job1`` never matches ``job10``."""
+        return f"{self.path}/" if self.path else ""
+
+    def __str__(self) -> str:
+        return self.uri
+
+
+def parse_location(uri: str) -> Location:
+    """Parses ``s3://``, ``s3a://``, ``file://`` or an absolute path; raises ``LocationError``."""
+    if not uri or not uri.strip():
+        raise LocationError("location is empty: expected s3://bucket/prefix, s3a://bucket/prefix or file:///path")
+    uri = uri.strip()
+    if uri.startswith("/"):
+        return Location("file", "", os.path.normpath(uri), uri)
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme in ("s3", "s3a"):
+        if not parts.netloc:
+            raise LocationError(f"{uri}: no bucket: expected {scheme}://bucket/prefix")
+        if parts.query or parts.fragment:
+            raise LocationError(f"{uri}: query strings and fragments are not allowed in an S3 location")
+        key = parts.path.strip("/")
+        if any(seg in ("", ".", "..") for seg in key.split("/")) and key:
+            raise LocationError(f"{uri}: empty, '.' or '..' path segments are not allowed")
+        return Location("s3", parts.netloc, key, uri)
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise LocationError(f"{uri}: file:// locations must be local (file:///path), not on host {parts.netloc}")
+        if not parts.path.startswith("/"):
+            raise LocationError(f"{uri}: file:// location needs an absolute path")
+        return Location("file", "", os.path.normpath(parts.path), uri)
+    raise LocationError(
+        f"{uri}: unsupported scheme {parts.scheme or '(none)'!r}: expected s3://, s3a://, file:// or an absolute path"
+    )
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """One file under a location: path relative to it (``/``-separated) and size in bytes."""
+
+    path: str
+    size: int
+
+
+class Store:
+    """Lists, reads, writes and deletes files under one location, on S3 or local disk.
+
+    S3 listings are lexicographic and local walks are top-down (a directory's files
+    before its subdirectories); ``checkpoint`` relies on that so RocksDB snapshot zips
+    are listed before the SST files they reference.
+    """
+
+    def __init__(self, location: Location, s3: Any | None = None) -> None:
+        self.location = location
+        self._s3: Any = s3
+        if location.scheme == "s3" and s3 is None:
+            raise ValueError(f"{location}: an S3 client is needed for an S3 location")
+
+    @property
+    def s3(self) -> Any:
+        return self._s3
+
+    def local_path(self, relative: str) -> Path:
+        return Path(self.location.path) / relative
+
+    def key(self, relative: str) -> str:
+        return self.location.child(relative).path
+
+    def list(self, under: str = "") -> Iterator[StoredFile]:
+        """Every file below ``under`` (relative), recursively, as paths relative to the location."""
+        if self.location.scheme == "file":
+            root = Path(self.location.path)
+            top = root / under if under else root
+            for dirpath, dirnames, filenames in os.walk(top):
+                dirnames.sort()
+                for name in sorted(filenames):
+                    full = Path(dirpath) / name
+                    try:
+                        size = full.stat().st_size
+                    except FileNotFoundError:  # removed by a running query's cleanup meanwhile
+                        continue
+                    yield StoredFile(full.relative_to(root).as_posix(), size)
+            return
+        base = self.location.key_prefix
+        prefix = base + (under.strip("/") + "/" if under else "")
+        paginator = self._s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.location.bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                key: str = obj["Key"]
+                if key.endswith("/"):
+                    continue  # directory marker objects some tools create
+                yield StoredFile(key[len(base) :], int(obj["Size"]))
+
+    def exists(self, relative: str) -> bool:
+        if self.location.scheme == "file":
+            return self.local_path(relative).is_file()
+        from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+
+        try:
+            self._s3.head_object(Bucket=self.location.bucket, Key=self.key(relative))
+            return True
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+
+    def read_bytes(self, relative: str) -> bytes:
+        """The file's content; ``FileNotFoundError`` when it is absent."""
+        if self.location.scheme == "file":
+            return self.local_path(relative).read_bytes()
+        from botocore.exceptions import ClientError
+
+        try:
+            body = self._s3.get_object(Bucket=self.location.bucket, Key=self.key(relative))["Body"]
+            data: bytes = body.read()
+            return data
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                raise FileNotFoundError(str(self.location.child(relative))) from exc
+            raise
+
+    def write_bytes(self, relative: str, data: bytes, *, content_type: str = "application/octet-stream") -> None:
+        """Writes atomically: a local temp file renamed into place, or one S3 PUT."""
+        if self.location.scheme == "file":
+            target = self.local_path(relative)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.streamjob.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+            return
+        import base64
+        import hashlib
+
+        self._s3.put_object(
+            Bucket=self.location.bucket,
+            Key=self.key(relative),
+            Body=data,
+            ContentType=content_type,
+            ChecksumSHA256=base64.b64encode(hashlib.sha256(data).digest()).decode(),
+        )
+
+    def delete(self, relatives: Sequence[str]) -> None:
+        """Deletes the given files; absent ones are fine."""
+        if self.location.scheme == "file":
+            for rel in relatives:
+                try:
+                    self.local_path(rel).unlink()
+                except FileNotFoundError:
+                    pass
+            return
+        for start in range(0, len(relatives), 1000):
+            batch = relatives[start : start + 1000]
+            response = self._s3.delete_objects(
+                Bucket=self.location.bucket,
+                Delete={"Objects": [{"Key": self.key(r)} for r in batch], "Quiet": True},
+            )
+            errors = response.get("Errors") or []
+            if errors:
+                first = errors[0]
+                raise OSError(
+                    f"{self.location}: could not delete {len(errors)} file(s), first "
+                    f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
+                )
+
+    def delete_all(self) -> int:
+        """Deletes everything under the location; returns how many files went."""
+        if self.location.scheme == "file":
+            root = Path(self.location.path)
+            count = sum(1 for _ in self.list())
+            if root.exists():
+                shutil.rmtree(root)
+            return count
+        paths = tuple(f.path for f in self.list())
+        self.delete(paths)
+        return len(paths)

@@ -1,0 +1,724 @@
+"""Savepoints: portable, self-describing copies of a checkpoint at a committed batch.
+
+Called by the runtime in the driver (stop-with-savepoint, savepoint-while-running,
+restore before start), by the operator (list, inspect, validate, prune with
+``delete_savepoint``) and by ``job_runtime.savepoint_cli``. No pyspark import here:
+the operator uses this module without a JVM. Only a restore that changes the state
+partition count needs Spark, and receives the session from its caller.
+
+A savepoint is a directory: the checkpoint files at their checkpoint-relative paths
+plus ``_savepoint.json``, the manifest, written last. No manifest, no savepoint.
+Bytes are moved by the object store where possible: S3 to S3 is a server-side copy
+(``copy_object`` with ``ChecksumAlgorithm=SHA256``, the store hashing what it
+copied; boto3's managed multipart copy for big files); local to S3 goes through
+boto3's transfer manager (parallel, multipart for big files), with the SHA-256 that
+was computed locally sent along so the store verifies it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from job_runtime import checkpoint as ckpt
+from job_runtime.s3 import Location, S3Config, Store, StoredFile, parse_location
+
+log = logging.getLogger(__name__)
+
+MANIFEST_NAME = "_savepoint.json"
+RESTORE_MARKER = "_streamjob_restore.json"
+FORMAT_VERSION: Literal[1] = 1
+_CHUNK = 8 * 1024 * 1024
+# Above this, copies and uploads are multipart: parallel parts, but no full-object SHA-256
+# from the store, so the object is hashed by streaming it instead.
+MULTIPART_THRESHOLD = 64 * 1024 * 1024
+
+
+# ---- errors ------------------------------------------------------------------------------
+
+
+class SavepointError(RuntimeError):
+    """A savepoint operation was refused or failed; the message says what and where."""
+
+    def __init__(self, uri: str, detail: str) -> None:
+        super().__init__(f"{uri}: {detail}")
+        self.uri = uri
+        self.detail = detail
+
+
+class SavepointNotFoundError(SavepointError):
+    """No ``_savepoint.json``: an incomplete or foreign directory, not a savepoint."""
+
+
+class ManifestInvalidError(SavepointError):
+    """The manifest is not JSON, or does not follow the schema of this format version."""
+
+
+class SavepointFileMissingError(SavepointError):
+    pass
+
+
+class SavepointFileSizeError(SavepointError):
+    pass
+
+
+class SavepointChecksumError(SavepointError):
+    pass
+
+
+class StatePartitionMismatchError(SavepointError):
+    pass
+
+
+class RestoreTargetNotEmptyError(SavepointError):
+    """The restore target holds committed progress of some query; it is never overwritten."""
+
+
+class CheckpointSourceError(SavepointError):
+    """The checkpoint to copy has no committed batch, or is missing a required file."""
+
+
+# ---- the manifest ------------------------------------------------------------------------
+
+
+class ManifestFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str = Field(min_length=1, description="checkpoint-relative, '/'-separated")
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class JobRef(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    namespace: str
+    hash: str
+
+
+class Manifest(BaseModel):
+    """``_savepoint.json``. Field names are the on-disk format: change only with ``format_version``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format_version: Literal[1]
+    job: JobRef
+    spark_version: str
+    state_partitions: int = Field(ge=1)
+    state_store_provider: str | None
+    state_operators: list[int]
+    batch_id: int = Field(ge=0, description="the last committed batch in the savepoint")
+    planned_batch_id: int | None = Field(
+        description="batch_id + 1 when its offsets were logged but it never committed; a restore re-runs it"
+    )
+    watermark_ms: int | None
+    created_at: datetime
+    source_checkpoint: str
+    files: list[ManifestFile]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_json(self) -> bytes:
+        return (self.model_dump_json(indent=2) + "\n").encode("utf-8")
+
+
+@dataclass(frozen=True)
+class SavepointSummary:
+    uri: str
+    job_name: str
+    job_namespace: str
+    job_hash: str
+    batch_id: int
+    created_at: datetime
+    state_partitions: int
+    file_count: int
+    total_bytes: int
+
+
+def build_manifest(
+    *,
+    job_name: str,
+    job_namespace: str,
+    job_hash: str,
+    spark_version: str,
+    state_partitions: int,
+    state_store_provider: str | None,
+    batch_id: int,
+    watermark_ms: int | None,
+    created_at: datetime,
+    source_checkpoint: str,
+    files: Iterable[tuple[str, int, str]],
+) -> Manifest:
+    """Pure: the manifest for a copied file set (path, size, sha256 hex)."""
+    entries = sorted((ManifestFile(path=p, size=s, sha256=h) for p, s, h in files), key=lambda f: f.path)
+    paths = [f.path for f in entries]
+    planned = batch_id + 1 if f"offsets/{batch_id + 1}" in paths else None
+    return Manifest(
+        format_version=FORMAT_VERSION,
+        job=JobRef(name=job_name, namespace=job_namespace, hash=job_hash),
+        spark_version=spark_version,
+        state_partitions=state_partitions,
+        state_store_provider=state_store_provider,
+        state_operators=ckpt.state_operators(paths),
+        batch_id=batch_id,
+        planned_batch_id=planned,
+        watermark_ms=watermark_ms,
+        created_at=created_at,
+        source_checkpoint=source_checkpoint,
+        files=entries,
+    )
+
+
+def parse_manifest(uri: str, data: bytes) -> Manifest:
+    """Parses and schema-checks ``_savepoint.json``; raises ``ManifestInvalidError``."""
+    try:
+        raw = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ManifestInvalidError(uri, f"{MANIFEST_NAME} is not JSON: {exc}") from exc
+    if isinstance(raw, dict) and raw.get("format_version") not in (None, FORMAT_VERSION):
+        raise ManifestInvalidError(
+            uri, f"{MANIFEST_NAME}: format_version {raw.get('format_version')!r} is not supported (this reader knows {FORMAT_VERSION})"
+        )
+    try:
+        manifest = Manifest.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise ManifestInvalidError(
+            uri, f"{MANIFEST_NAME}: field {where}: {first['msg']} ({exc.error_count()} schema error(s))"
+        ) from exc
+    seen: set[str] = set()
+    for f in manifest.files:
+        if f.path in seen or f.path.startswith("/") or ".." in f.path.split("/") or f.path == MANIFEST_NAME:
+            raise ManifestInvalidError(uri, f"{MANIFEST_NAME}: file entry {f.path!r} is duplicated or not a relative path")
+        seen.add(f.path)
+    for required in ("metadata", f"offsets/{manifest.batch_id}", f"commits/{manifest.batch_id}"):
+        if required not in seen:
+            raise ManifestInvalidError(uri, f"{MANIFEST_NAME}: lists no {required}: batch {manifest.batch_id} is not restorable")
+    return manifest
+
+
+# ---- moving bytes ------------------------------------------------------------------------
+
+
+def _hex_from_b64(value: str) -> str:
+    return base64.b64decode(value).hex()
+
+
+def _b64_from_hex(value: str) -> str:
+    return base64.b64encode(bytes.fromhex(value)).decode()
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _sha256_object(client: Any, bucket: str, key: str) -> str:
+    digest = hashlib.sha256()
+    body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    for chunk in body.iter_chunks(_CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _stored_sha256(client: Any, bucket: str, key: str) -> tuple[int, str | None]:
+    """Size and the full-object SHA-256 the store kept for an object, if it kept one."""
+    head = client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    value = head.get("ChecksumSHA256")
+    full = value and head.get("ChecksumType", "FULL_OBJECT") == "FULL_OBJECT" and "-" not in value
+    return int(head["ContentLength"]), _hex_from_b64(value) if full else None
+
+
+class _Transfer:
+    """Copies files from one store to another and returns each copy's SHA-256 (hex).
+
+    One object per operation; chooses server-side copy, transfer-manager upload or
+    download, or a local copy by the pair of schemes.
+    """
+
+    def __init__(self, src: Store, dst: Store, s3_config: S3Config, client: Any | None) -> None:
+        from boto3.s3.transfer import TransferConfig  # type: ignore[import-untyped]
+
+        self.src = src
+        self.dst = dst
+        self.client: Any = client
+        self.concurrency = max(1, s3_config.max_concurrency)
+        self.config = TransferConfig(
+            multipart_threshold=MULTIPART_THRESHOLD,
+            multipart_chunksize=16 * 1024 * 1024,
+            max_concurrency=self.concurrency,
+            use_threads=True,
+        )
+
+    def run(self, files: list[StoredFile], expected: dict[str, str] | None = None) -> dict[str, str]:
+        """Copies ``files``; with ``expected`` (path -> sha256) a mismatch raises ``SavepointChecksumError``."""
+        pair = (self.src.location.scheme, self.dst.location.scheme)
+        if pair == ("file", "s3"):
+            digests = self._upload(files)
+        elif pair == ("s3", "file"):
+            digests = self._download(files)
+        elif pair == ("s3", "s3"):
+            digests = self._pool(files, self._copy_s3)
+        else:
+            digests = self._pool(files, self._copy_local)
+        if expected is not None:
+            for f in files:
+                want, got = expected[f.path], digests[f.path]
+                if want != got:
+                    raise SavepointChecksumError(
+                        str(self.src.location),
+                        f"file {f.path}: checksum mismatch (manifest sha256 {want[:12]}…, found {got[:12]}…)",
+                    )
+        return digests
+
+    def _pool(self, files: list[StoredFile], one: Callable[[StoredFile], str]) -> dict[str, str]:
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="savepoint-copy") as pool:
+            futures = {f.path: pool.submit(one, f) for f in files}
+            return {path: fut.result() for path, fut in futures.items()}
+
+    def _copy_local(self, f: StoredFile) -> str:
+        source = self.src.local_path(f.path)
+        target = self.dst.local_path(f.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256()
+        with open(source, "rb") as fin, open(target, "wb") as fout:
+            while chunk := fin.read(_CHUNK):
+                digest.update(chunk)
+                fout.write(chunk)
+        return digest.hexdigest()
+
+    def _copy_s3(self, f: StoredFile) -> str:
+        source = {"Bucket": self.src.location.bucket, "Key": self.src.key(f.path)}
+        bucket, key = self.dst.location.bucket, self.dst.key(f.path)
+        if f.size < MULTIPART_THRESHOLD:
+            result = self.client.copy_object(
+                Bucket=bucket, Key=key, CopySource=source, ChecksumAlgorithm="SHA256", MetadataDirective="COPY"
+            )
+            value = result.get("CopyObjectResult", {}).get("ChecksumSHA256")
+            if value and "-" not in value:
+                return _hex_from_b64(value)
+        else:
+            # Managed multipart copy (UploadPartCopy in parallel); the store's checksum
+            # would be per part, so the full-object hash comes from reading the copy.
+            self.client.copy(source, bucket, key, Config=self.config)
+        return _sha256_object(self.client, bucket, key)
+
+    def _upload(self, files: list[StoredFile]) -> dict[str, str]:
+        from boto3.s3.transfer import create_transfer_manager
+
+        digests: dict[str, str] = {}
+        futures: list[Future[Any]] = []
+        with create_transfer_manager(self.client, self.config) as manager:
+            # Hash the next file while the manager's threads upload the previous ones; the
+            # upload reads it again from the page cache. Small files carry their SHA-256 so
+            # the store refuses a corrupted transfer (BadDigest).
+            for f in files:
+                path = self.src.local_path(f.path)
+                digest = _sha256_file(path)
+                digests[f.path] = digest
+                extra = {"ChecksumSHA256": _b64_from_hex(digest)} if f.size < MULTIPART_THRESHOLD else {}
+                futures.append(
+                    manager.upload(str(path), self.dst.location.bucket, self.dst.key(f.path), extra_args=extra)
+                )
+            for fut in futures:
+                fut.result()
+        return digests
+
+    def _download(self, files: list[StoredFile]) -> dict[str, str]:
+        from boto3.s3.transfer import create_transfer_manager
+
+        targets: dict[str, Path] = {}
+        with create_transfer_manager(self.client, self.config) as manager:
+            futures = []
+            for f in files:
+                target = self.dst.local_path(f.path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                targets[f.path] = target
+                futures.append(manager.download(self.src.location.bucket, self.src.key(f.path), str(target)))
+            for fut in futures:
+                fut.result()
+        # Hash what landed on disk, not what was sent: that is what Spark will read.
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="savepoint-hash") as pool:
+            hashed = {p: pool.submit(_sha256_file, t) for p, t in targets.items()}
+            return {p: fut.result() for p, fut in hashed.items()}
+
+
+# ---- public API --------------------------------------------------------------------------
+
+
+def _client_for(*locations: Location, s3_config: S3Config | None) -> tuple[S3Config, Any | None]:
+    config = s3_config or S3Config.from_env()
+    needs = any(loc.scheme == "s3" for loc in locations)
+    return config, config.client() if needs else None
+
+
+def write_savepoint(
+    checkpoint_location: str,
+    savepoint_uri: str,
+    *,
+    job_name: str,
+    job_namespace: str,
+    job_hash: str,
+    spark_version: str,
+    state_partitions: int | None = None,
+    batch_id: int | None = None,
+    watermark_ms: int | None = None,
+    s3_config: S3Config | None = None,
+    now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+) -> Manifest:
+    """Copies the consistent file set of a committed batch to ``savepoint_uri``, manifest last.
+
+    ``batch_id`` defaults to the latest completed batch; the query may keep running,
+    files of later batches are left out (``checkpoint.include_in_snapshot``).
+    ``state_partitions`` defaults to the count pinned in ``offsets/<batch_id>``; a
+    different explicit value is refused. ``watermark_ms`` defaults to the
+    ``nextBatchWatermarkMs`` in ``commits/<batch_id>``. Re-running to the same URI
+    replaces the savepoint: its manifest is removed first, stale files after the
+    copy, and the new manifest written last.
+    """
+    src_loc = parse_location(checkpoint_location)
+    dst_loc = parse_location(savepoint_uri)
+    config, client = _client_for(src_loc, dst_loc, s3_config=s3_config)
+    src, dst = Store(src_loc, client), Store(dst_loc, client)
+
+    listing = [f for f in src.list() if not ckpt.is_hidden(f.path)]
+    if batch_id is None:
+        batch_id = ckpt.latest_committed(f.path for f in listing)
+        if batch_id is None:
+            raise CheckpointSourceError(checkpoint_location, "no committed batch in commits/: nothing to savepoint yet")
+    try:
+        files = ckpt.select_snapshot(listing, batch_id)
+    except ckpt.CheckpointError as exc:
+        raise CheckpointSourceError(checkpoint_location, str(exc)) from exc
+
+    try:
+        offsets = ckpt.parse_offset_log(
+            batch_id, src.read_bytes(f"offsets/{batch_id}").decode("utf-8", "replace"), f"offsets/{batch_id}"
+        )
+    except ckpt.CheckpointError as exc:
+        raise CheckpointSourceError(checkpoint_location, str(exc)) from exc
+    pinned = offsets.state_partitions
+    if state_partitions is not None and pinned is not None and state_partitions != pinned:
+        raise StatePartitionMismatchError(
+            savepoint_uri,
+            f"state partitions {state_partitions} asked, but the checkpoint {checkpoint_location} pins {pinned} "
+            f"(offsets/{batch_id} conf spark.sql.shuffle.partitions)",
+        )
+    partitions = state_partitions or pinned
+    if partitions is None:
+        raise CheckpointSourceError(
+            checkpoint_location, f"offsets/{batch_id} pins no spark.sql.shuffle.partitions and none was given"
+        )
+    if watermark_ms is None:
+        watermark_ms = ckpt.parse_commit_log(src.read_bytes(f"commits/{batch_id}").decode("utf-8", "replace"))
+
+    dst.delete([MANIFEST_NAME])
+    digests = _Transfer(src, dst, config, client).run(files)
+    keep = {f.path for f in files}
+    stale = [f.path for f in dst.list() if f.path not in keep and f.path != MANIFEST_NAME]
+    if stale:
+        dst.delete(stale)
+    manifest = build_manifest(
+        job_name=job_name,
+        job_namespace=job_namespace,
+        job_hash=job_hash,
+        spark_version=spark_version,
+        state_partitions=partitions,
+        state_store_provider=offsets.state_store_provider,
+        batch_id=batch_id,
+        watermark_ms=watermark_ms,
+        created_at=now(),
+        source_checkpoint=checkpoint_location,
+        files=((f.path, f.size, digests[f.path]) for f in files),
+    )
+    dst.write_bytes(MANIFEST_NAME, manifest.to_json(), content_type="application/json")
+    log.info(
+        "Wrote savepoint uri=%s job=%s/%s batch_id=%d files=%d bytes=%d stale_removed=%d",
+        savepoint_uri, job_namespace, job_name, batch_id, len(files), manifest.total_bytes, len(stale),
+    )
+    return manifest
+
+
+def _read_manifest(store: Store, uri: str) -> Manifest:
+    try:
+        data = store.read_bytes(MANIFEST_NAME)
+    except FileNotFoundError as exc:
+        raise SavepointNotFoundError(uri, f"no {MANIFEST_NAME}: not a completed savepoint") from exc
+    return parse_manifest(uri, data)
+
+
+def inspect_savepoint(uri: str, *, s3_config: S3Config | None = None) -> Manifest:
+    """The manifest of a savepoint (schema-checked; files are not checked)."""
+    loc = parse_location(uri)
+    _, client = _client_for(loc, s3_config=s3_config)
+    return _read_manifest(Store(loc, client), uri)
+
+
+def list_savepoints(prefix: str, *, s3_config: S3Config | None = None) -> list[SavepointSummary]:
+    """Savepoints with a manifest anywhere below ``prefix``, newest first. Directories
+    without a manifest (in progress or abandoned) and unreadable manifests are skipped."""
+    loc = parse_location(prefix)
+    _, client = _client_for(loc, s3_config=s3_config)
+    store = Store(loc, client)
+    found: list[SavepointSummary] = []
+    for f in store.list():
+        if f.path != MANIFEST_NAME and not f.path.endswith("/" + MANIFEST_NAME):
+            continue
+        directory = f.path[: -len(MANIFEST_NAME)].rstrip("/")
+        sp_loc = loc.child(directory) if directory else loc
+        try:
+            m = _read_manifest(Store(sp_loc, client), sp_loc.uri)
+        except SavepointError as exc:
+            log.warning("Skipped savepoint uri=%s reason=%s", sp_loc.uri, exc.detail)
+            continue
+        found.append(
+            SavepointSummary(
+                uri=sp_loc.uri, job_name=m.job.name, job_namespace=m.job.namespace, job_hash=m.job.hash,
+                batch_id=m.batch_id, created_at=m.created_at, state_partitions=m.state_partitions,
+                file_count=len(m.files), total_bytes=m.total_bytes,
+            )
+        )
+    found.sort(key=lambda s: (s.created_at, s.uri), reverse=True)
+    return found
+
+
+def delete_savepoint(uri: str, *, s3_config: S3Config | None = None) -> int:
+    """Deletes a savepoint: the manifest first (so a half-deleted one is never taken for
+    complete), then every other file. Returns how many files were deleted."""
+    loc = parse_location(uri)
+    _, client = _client_for(loc, s3_config=s3_config)
+    store = Store(loc, client)
+    store.delete([MANIFEST_NAME])
+    count = store.delete_all()
+    log.info("Deleted savepoint uri=%s files=%d", uri, count + 1)
+    return count + 1
+
+
+def _check_partitions(uri: str, manifest: Manifest, expected: int | None) -> None:
+    if expected is not None and expected != manifest.state_partitions:
+        raise StatePartitionMismatchError(
+            uri, f"state partitions {manifest.state_partitions} in savepoint, job asks for {expected}"
+        )
+
+
+def _check_listing(uri: str, store: Store, manifest: Manifest) -> dict[str, int]:
+    present = {f.path: f.size for f in store.list()}
+    for f in manifest.files:
+        size = present.get(f.path)
+        if size is None:
+            raise SavepointFileMissingError(uri, f"file {f.path}: missing (manifest lists {len(manifest.files)} files)")
+        if size != f.size:
+            raise SavepointFileSizeError(uri, f"file {f.path}: size mismatch (manifest {f.size} bytes, found {size})")
+    return present
+
+
+def validate_savepoint(
+    uri: str,
+    expected_state_partitions: int | None = None,
+    *,
+    verify_checksums: bool = True,
+    s3_config: S3Config | None = None,
+) -> Manifest:
+    """Checks the manifest (presence, schema), every file (presence, size and, unless
+    ``verify_checksums`` is False, SHA-256) and the state-partition count.
+
+    On S3 the checksum is the full-object SHA-256 the store recorded when the file was
+    written with one (every file this module writes below the multipart threshold),
+    read with one HEAD; otherwise the object is streamed and hashed.
+    """
+    loc = parse_location(uri)
+    config, client = _client_for(loc, s3_config=s3_config)
+    store = Store(loc, client)
+    manifest = _read_manifest(store, uri)
+    _check_partitions(uri, manifest, expected_state_partitions)
+    _check_listing(uri, store, manifest)
+    if verify_checksums:
+
+        def digest_of(f: ManifestFile) -> str:
+            if loc.scheme == "file":
+                return _sha256_file(store.local_path(f.path))
+            _, stored = _stored_sha256(client, loc.bucket, store.key(f.path))
+            return stored or _sha256_object(client, loc.bucket, store.key(f.path))
+
+        with ThreadPoolExecutor(max_workers=config.max_concurrency, thread_name_prefix="savepoint-verify") as pool:
+            results = {f.path: pool.submit(digest_of, f) for f in manifest.files}
+            for f in manifest.files:
+                found = results[f.path].result()
+                if found != f.sha256:
+                    raise SavepointChecksumError(
+                        uri, f"file {f.path}: checksum mismatch (manifest sha256 {f.sha256[:12]}…, found {found[:12]}…)"
+                    )
+    log.info("Validated savepoint uri=%s batch_id=%d files=%d checksums=%s", uri, manifest.batch_id, len(manifest.files), verify_checksums)
+    return manifest
+
+
+def _spark_location(loc: Location) -> str:
+    """The spelling Spark's Hadoop file systems accept: ``s3a://`` for S3, ``file://`` for disk."""
+    return f"s3a://{loc.bucket}/{loc.path}" if loc.scheme == "s3" else f"file://{loc.path}"
+
+
+def restore_savepoint(
+    uri: str,
+    checkpoint_location: str,
+    *,
+    expected_state_partitions: int,
+    allow_non_restored_state: bool = False,
+    spark: Any | None = None,
+    drop_planned_batch: bool = False,
+    s3_config: S3Config | None = None,
+) -> Manifest:
+    """Validates a savepoint, then materialises a fresh checkpoint from it at ``checkpoint_location``.
+
+    Every file is verified while it is copied (the store's SHA-256 of a server-side
+    copy, or a hash of the downloaded file), so each byte is read once.
+
+    Refusals: a corrupt or incomplete savepoint (``SavepointError`` subclasses); a target
+    that already holds committed batches (``RestoreTargetNotEmptyError``; progress is never
+    clobbered). A target whose only commits come from an unfinished restore of the
+    same savepoint (``_streamjob_restore.json`` still present) is wiped and redone;
+    other uncommitted leftovers in the target (a query that never committed) are removed.
+
+    State partitions: when ``expected_state_partitions`` differs from the savepoint's,
+    the restore uses Spark's offline state repartitioning (Spark >= 4.2,
+    ``StreamingCheckpointManager.repartition``; RocksDB state): it needs ``spark``, an
+    active session (the runtime's, in the driver), and a savepoint whose last logged
+    batch committed. A savepoint with a planned, uncommitted batch (``planned_batch_id``)
+    is refused unless ``drop_planned_batch``: dropping it lets the repartition run, at
+    the price of possibly duplicating that batch's output if an exactly-once sink had
+    already committed it.
+
+    ``allow_non_restored_state``: in Flink, the state of operators the new job lacks is
+    skipped instead of refused. In Spark, which stateful operators a query has is only
+    known when it starts, and Spark itself then compares them with the operator metadata
+    in ``state/<op>/_metadata`` and refuses a mismatch
+    (``STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA``); Spark 4.3 offers no
+    way to drop one operator's state. So this restore always restores every operator's
+    state; the flag is logged and changes nothing offline. A job that removed a stateful
+    operator must start without a savepoint (upgradeMode stateless).
+    """
+    sp_loc = parse_location(uri)
+    target_loc = parse_location(checkpoint_location)
+    config, client = _client_for(sp_loc, target_loc, s3_config=s3_config)
+    source, target = Store(sp_loc, client), Store(target_loc, client)
+
+    manifest = _read_manifest(source, uri)
+    repartition = expected_state_partitions != manifest.state_partitions
+    if repartition:
+        if spark is None:
+            raise StatePartitionMismatchError(
+                uri,
+                f"state partitions {manifest.state_partitions} in savepoint, job asks for {expected_state_partitions}: "
+                "changing them needs Spark's offline state repartition, run with a Spark session (in the driver)",
+            )
+        if manifest.planned_batch_id is not None and not drop_planned_batch:
+            raise StatePartitionMismatchError(
+                uri,
+                f"state partitions {manifest.state_partitions} in savepoint, job asks for {expected_state_partitions}: "
+                f"Spark repartitions only after a committed last batch, and batch {manifest.planned_batch_id} was "
+                "planned but never committed; restore with the same partitions first, or allow dropping that batch",
+            )
+    _check_listing(uri, source, manifest)
+
+    existing = [f.path for f in target.list()]
+    committed = ckpt.committed_batches(existing)
+    if committed:
+        marker = _read_marker(target)
+        if marker != uri:
+            raise RestoreTargetNotEmptyError(
+                checkpoint_location,
+                f"already holds committed batches up to {committed[-1]}: refusing to overwrite a query's progress "
+                f"with savepoint {uri}; use a fresh checkpoint location",
+            )
+        log.warning("Resumed unfinished restore uri=%s target=%s", uri, checkpoint_location)
+    if existing:
+        removed = target.delete_all()
+        log.info("Removed uncommitted leftovers target=%s files=%d", checkpoint_location, removed)
+    target.write_bytes(RESTORE_MARKER, json.dumps({"savepoint": uri}).encode(), content_type="application/json")
+
+    files = manifest.files
+    if repartition and manifest.planned_batch_id is not None:
+        planned = manifest.planned_batch_id
+        files = [f for f in files if not _belongs_to_batch(f.path, planned)]
+        log.warning("Dropped planned batch uri=%s batch_id=%d reason=state-repartition", uri, planned)
+    transfer = _Transfer(source, target, config, client)
+    transfer.run([StoredFile(f.path, f.size) for f in files], expected={f.path: f.sha256 for f in files})
+
+    if repartition:
+        assert spark is not None
+        spark_target = _spark_location(target_loc)
+        spark._streamingCheckpointManager.repartition(spark_target, expected_state_partitions)
+        log.info(
+            "Repartitioned state target=%s from=%d to=%d",
+            checkpoint_location, manifest.state_partitions, expected_state_partitions,
+        )
+    target.delete([RESTORE_MARKER])
+    log.info(
+        "Restored savepoint uri=%s target=%s batch_id=%d files=%d allow_non_restored_state=%s",
+        uri, checkpoint_location, manifest.batch_id, len(files), allow_non_restored_state,
+    )
+    return manifest
+
+
+def _belongs_to_batch(path: str, batch: int) -> bool:
+    """Files a planned batch wrote before it committed: its offsets and source log entries.
+
+    State of version batch+1 is not among them: a savepoint keeps state up to
+    version planned_batch (= committed batch + 1) only.
+    """
+    parts = path.split("/")
+    if parts[0] == "offsets" and len(parts) == 2:
+        return ckpt.batch_id_of(parts[1]) == batch
+    if parts[0] == "sources":
+        return ckpt.batch_id_of(parts[-1]) == batch
+    return False
+
+
+def _read_marker(store: Store) -> str | None:
+    try:
+        raw = json.loads(store.read_bytes(RESTORE_MARKER))
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    value = raw.get("savepoint") if isinstance(raw, dict) else None
+    return value if isinstance(value, str) else None
+
+
+__all__ = [
+    "MANIFEST_NAME",
+    "CheckpointSourceError",
+    "Manifest",
+    "ManifestFile",
+    "ManifestInvalidError",
+    "RestoreTargetNotEmptyError",
+    "SavepointChecksumError",
+    "SavepointError",
+    "SavepointFileMissingError",
+    "SavepointFileSizeError",
+    "SavepointNotFoundError",
+    "SavepointSummary",
+    "StatePartitionMismatchError",
+    "build_manifest",
+    "delete_savepoint",
+    "inspect_savepoint",
+    "list_savepoints",
+    "parse_manifest",
+    "restore_savepoint",
+    "validate_savepoint",
+    "write_savepoint",
+]

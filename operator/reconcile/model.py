@@ -1,0 +1,186 @@
+"""The values that flow through one reconcile pass: observations in, actions and events out.
+
+Pure data. ``reconcile.observe`` builds ``Observations``; ``reconcile.decide``
+reads them and returns a ``Decision``; ``k8s.act`` executes its actions. Frozen
+dataclasses, so a decision can be compared in table tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Union
+
+from streamjob_operator.api.status import StreamJobStatus
+
+
+class PodPhase(str, Enum):
+    pending = "Pending"
+    running = "Running"
+    succeeded = "Succeeded"
+    failed = "Failed"
+    unknown = "Unknown"
+
+
+class ExitKind(str, Enum):
+    """The runtime's exit-code contract (job_runtime.exitcodes), as the decision needs it."""
+
+    ended = "Ended"  # the query ended by itself
+    stopped_for_savepoint = "StoppedForSavepoint"
+    stopped = "Stopped"  # by request or SIGTERM
+    invalid_job = "InvalidJob"  # permanent
+    restore_refused = "RestoreRefused"  # permanent
+    failed = "Failed"  # anything else non-zero: a crash
+
+    @property
+    def permanent(self) -> bool:
+        return self in (ExitKind.invalid_job, ExitKind.restore_refused)
+
+
+@dataclass(frozen=True)
+class DriverPod:
+    name: str
+    phase: PodPhase
+    epoch: int | None = None
+    deleting: bool = False
+    exit_code: int | None = None
+    exit_kind: ExitKind | None = None
+    message: str = ""  # termination message or log tail; never secrets (the runtime prints none)
+
+    @property
+    def terminated(self) -> bool:
+        return self.phase in (PodPhase.succeeded, PodPhase.failed)
+
+    @property
+    def alive(self) -> bool:
+        return not self.terminated and not self.deleting
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """What the driver's control endpoint said (``reachable=False`` when it did not answer)."""
+
+    reachable: bool
+    ready: bool = False  # the query is active and has completed a batch in this run
+    query_id: str | None = None
+    run_id: str | None = None
+    last_batch_id: int | None = None
+    latest_completed_batch: int | None = None
+    watermark: str | None = None
+    input_rows_per_second: float | None = None
+    processed_rows_per_second: float | None = None
+    state_rows: int | None = None
+    last_error: str | None = None
+
+
+class SavepointState(str, Enum):
+    in_progress = "IN_PROGRESS"
+    completed = "COMPLETED"
+    failed = "FAILED"
+
+
+@dataclass(frozen=True)
+class SavepointProgress:
+    """The control endpoint's view of the savepoint request in ``status.operation.triggerId``."""
+
+    state: SavepointState
+    path: str | None = None
+    batch_id: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SavepointManifest:
+    """A savepoint whose manifest exists in S3: it is complete (no manifest, no savepoint)."""
+
+    path: str
+    batch_id: int | None = None
+    time: str | None = None
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Everything a pass knows about the world; ``None`` means "not looked at this pass"."""
+
+    name: str
+    namespace: str
+    generation: int = 1
+    deleting: bool = False
+    drivers: tuple[DriverPod, ...] = ()
+    job: JobProgress | None = None
+    savepoint: SavepointProgress | None = None
+    manifest: SavepointManifest | None = None  # at status.operation.savepointPath
+    checkpoint_batch: int | None = None  # latest completed batch of status.checkpointLocation
+    repartition_supported: bool = False  # the runtime can restore into another state-partition count
+
+
+# --- actions: what act() does; CreateDriver, DeleteDriver and a stopping TriggerSavepoint are disruptive
+
+
+@dataclass(frozen=True)
+class EnsureSupportObjects:
+    """Token Secret, headless Service, and (unless the spec names one) the driver's ServiceAccount, Role, RoleBinding."""
+
+    service_account: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateDriver:
+    """The job ConfigMap and the driver pod of one epoch; a no-op when they exist."""
+
+    pod: str
+    epoch: int
+    spec_json: str
+    checkpoint_location: str
+    restore_from: str | None = None
+    spec_hash: str = ""
+
+
+@dataclass(frozen=True)
+class DeleteDriver:
+    pod: str
+    grace_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class TriggerSavepoint:
+    pod: str
+    path: str
+    stop: bool
+
+
+@dataclass(frozen=True)
+class DeleteSavepoint:
+    path: str
+
+
+@dataclass(frozen=True)
+class DeleteOwnedObjects:
+    """Everything labelled for the job (also garbage-collected through owner references)."""
+
+
+Action = Union[EnsureSupportObjects, CreateDriver, DeleteDriver, TriggerSavepoint, DeleteSavepoint, DeleteOwnedObjects]
+
+
+def is_disruptive(action: Action) -> bool:
+    if isinstance(action, (CreateDriver, DeleteDriver)):
+        return True
+    return isinstance(action, TriggerSavepoint) and action.stop
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: StreamJobStatus
+    actions: tuple[Action, ...] = ()
+    events: tuple[Event, ...] = ()
+    requeue_after: float | None = None  # seconds until the next pass is needed; 0 = right away
+    deletion_done: bool = False
+    at: datetime | None = field(default=None, compare=False)

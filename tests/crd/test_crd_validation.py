@@ -1,0 +1,126 @@
+"""The real API server accepts the examples and refuses bad StreamJobs at apply time.
+
+Every refusal must name the offending field, so a user can fix the manifest
+from kubectl's message alone.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+def base() -> dict[str, Any]:
+    """A valid StreamJob that each invalid case breaks in one place."""
+    docs = list(yaml.safe_load_all((REPO / "examples" / "s3-savepoints.yaml").read_text()))
+    return copy.deepcopy(next(d for d in docs if d["kind"] == "StreamJob"))
+
+
+def setting(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(obj: dict[str, Any]) -> None:
+        *parents, leaf = path.split(".")
+        node = obj
+        for p in parents:
+            node = node[int(p)] if p.isdigit() else node.setdefault(p, {})
+        node[leaf] = value
+
+    return mutate
+
+
+def removing(path: str) -> Callable[[dict[str, Any]], None]:
+    def mutate(obj: dict[str, Any]) -> None:
+        *parents, leaf = path.split(".")
+        node = obj
+        for p in parents:
+            node = node[int(p)] if p.isdigit() else node[p]
+        del node[leaf]
+
+    return mutate
+
+
+def both(*mutations: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def mutate(obj: dict[str, Any]) -> None:
+        for m in mutations:
+            m(obj)
+
+    return mutate
+
+
+INVALID = [
+    pytest.param(setting("spec.upgradeMode", "hot-swap"), "spec.upgradeMode", id="unknown upgradeMode is refused"),
+    pytest.param(setting("spec.state", "paused"), "spec.state", id="unknown desired state is refused"),
+    pytest.param(removing("spec.image"), "spec.image", id="missing image is refused"),
+    pytest.param(removing("spec.checkpoint"), "spec.checkpoint", id="missing checkpoint is refused"),
+    pytest.param(removing("spec.savepoint"), "spec.upgradeMode", id="savepoint upgrades without a savepoint location are refused"),
+    pytest.param(setting("spec.savepoint.retention.count", 0), "spec.savepoint.retention.count", id="retention count below one is refused"),
+    pytest.param(setting("spec.restartPolicy.maxDelaySeconds", 1), "spec.restartPolicy.maxDelaySeconds",
+                 id="backoff max below the initial delay is refused"),
+    pytest.param(setting("spec.checkpoint.location", "hdfs://nn/ckpt"), "spec.checkpoint.location",
+                 id="checkpoint location with an unsupported scheme is refused"),
+    pytest.param(setting("spec.savepoint.location", "gs://bucket/sp"), "spec.savepoint.location",
+                 id="savepoint location outside S3 is refused"),
+    pytest.param(setting("spec.s3.credentialsSecret.secretAccessKey", "hunter2"), "secretAccessKey",
+                 id="inline S3 secret key is refused"),
+    pytest.param(setting("spec.s3.accessKeyId", "AKIA0000"), "accessKeyId", id="inline S3 access key is refused"),
+    pytest.param(removing("spec.s3"), "spec.s3", id="S3 locations without S3 settings are refused"),
+    pytest.param(setting("spec.executor.instances", -1), "spec.executor.instances", id="negative executor count is refused"),
+    pytest.param(setting("spec.statePartitions", 0), "spec.statePartitions", id="zero state partitions are refused"),
+    pytest.param(setting("spec.restartPolicy.type", "Always"), "spec.restartPolicy.type", id="unknown restart policy is refused"),
+    pytest.param(setting("spec.job.entrypoint", "jobs.clicks:build"), "spec.job",
+                 id="both an entrypoint and a pipeline are refused"),
+    pytest.param(removing("spec.job.pipeline"), "spec.job", id="neither an entrypoint nor a pipeline is refused"),
+    pytest.param(setting("spec.job.pipeline.sources.0.kind", "socket"), "spec.job.pipeline.sources[0].kind",
+                 id="unknown source kind is refused"),
+    pytest.param(both(setting("spec.job.pipeline.sources.0.kind", "files")), "spec.job.pipeline.sources[0]",
+                 id="files source without path format and schema is refused"),
+    pytest.param(setting("spec.job.pipeline.sources.0.eventTime.watermarkDelay", "ten seconds"),
+                 "spec.job.pipeline.sources[0].eventTime.watermarkDelay", id="malformed watermark delay is refused"),
+    pytest.param(setting("spec.driver.memory", "lots"), "spec.driver.memory", id="malformed driver memory is refused"),
+    pytest.param(setting("spec.deletion.timeoutSeconds", -5), "spec.deletion.timeoutSeconds", id="negative deletion timeout is refused"),
+]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_is_accepted(kubectl_run, streamjob_crd, namespace, path):
+    result = kubectl_run("apply", "-n", namespace, "-f", str(path), check=False)
+    assert result.returncode == 0, result.stderr
+    names = [d["metadata"]["name"] for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "StreamJob"]
+    for name in names:
+        got = yaml.safe_load(kubectl_run("get", "sj", name, "-n", namespace, "-o", "yaml").stdout)
+        # defaults from the schema were filled in by the API server
+        assert got["spec"]["restartPolicy"]["type"] in {"Never", "FixedDelay", "ExponentialBackoff", "FailureRate"}
+        assert got["spec"]["statePartitions"] >= 1
+
+
+@pytest.mark.parametrize(("mutate", "field"), INVALID)
+def test_invalid_manifest_is_refused_naming_the_field(kubectl_run, streamjob_crd, namespace, mutate, field):
+    obj = base()
+    mutate(obj)
+    result = kubectl_run("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(obj), check=False)
+    assert result.returncode != 0, f"accepted an invalid manifest:\n{yaml.safe_dump(obj)}"
+    assert field in result.stderr, result.stderr
+    assert kubectl_run("get", "sj", obj["metadata"]["name"], "-n", namespace, check=False).returncode != 0
+
+
+def test_changing_state_partitions_under_last_state_is_refused(kubectl_run, streamjob_crd, namespace):
+    obj = base()
+    obj["spec"]["upgradeMode"] = "last-state"
+    kubectl_run("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(obj))
+    obj["spec"]["statePartitions"] = 16
+    result = kubectl_run("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(obj), check=False)
+    assert result.returncode != 0
+    assert "spec.statePartitions" in result.stderr, result.stderr
+
+
+def test_printer_columns_show_state_and_savepoint(kubectl_run, streamjob_crd, namespace):
+    kubectl_run("apply", "-n", namespace, "-f", str(REPO / "examples" / "minimal.yaml"))
+    header = kubectl_run("get", "sj", "-n", namespace).stdout.splitlines()[0].split()
+    assert header[:6] == ["NAME", "STATE", "READY", "RESTARTS", "BATCH", "LAST-SAVEPOINT"]
+    assert kubectl_run("get", "streamjob", "minimal", "-n", namespace).returncode == 0
