@@ -52,8 +52,8 @@ mvn_run() {  # what-for, mvn args...
   fi
 }
 
-# dependency:tree only collects POMs, so this learns the SDK bundle version
-# hadoop-aws was built against without downloading anything large.
+# dependency:tree only collects POMs: this learns the SDK bundle version
+# hadoop-aws was built against before anything large is downloaded.
 cat >"$work/pom.xml" <<POM
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -77,10 +77,14 @@ SDK_VERSION=$(grep -o 'software\.amazon\.awssdk:bundle:jar:[^:]*' "$work/tree.tx
 tmp_out="$OUT.partial"
 rm -rf "$tmp_out"
 mkdir -p "$tmp_out"
-for a in "org.apache.hadoop:hadoop-aws:$HADOOP_VERSION" "software.amazon.awssdk:bundle:$SDK_VERSION"; do
-  say "fetching $a"
-  mvn_run "download $a" dependency:copy -Dartifact="$a" -DoutputDirectory="$tmp_out" -Dmdep.overWriteReleases=true
-done
+# hadoop-aws with its runtime dependencies: the SDK bundle, and whatever else
+# that Hadoop release needs at run time (3.5 adds the S3 analytics accelerator).
+# Hadoop's own modules are "provided" there, so none of them come along.
+say "fetching org.apache.hadoop:hadoop-aws:$HADOOP_VERSION, software.amazon.awssdk:bundle:$SDK_VERSION and their runtime dependencies"
+mvn_run "download org.apache.hadoop:hadoop-aws:$HADOOP_VERSION and its runtime dependencies" \
+  -f "$work/pom.xml" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp_out"
+[[ -f "$tmp_out/hadoop-aws-$HADOOP_VERSION.jar" && -f "$tmp_out/bundle-$SDK_VERSION.jar" ]] \
+  || die "Maven ran but hadoop-aws-$HADOOP_VERSION.jar or bundle-$SDK_VERSION.jar is missing from $tmp_out"
 
 # spark-hadoop-cloud only adds the S3A committers (PathOutputCommitProtocol);
 # s3a:// reads and writes work without it. Some Spark releases are on PyPI

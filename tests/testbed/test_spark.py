@@ -33,8 +33,8 @@ from pyspark.sql import SparkSession
 spark = SparkSession.builder.appName("testbed-k8s").getOrCreate()
 sc = spark.sparkContext
 total = sc.parallelize(range(100), 2).map(lambda x: x * 2).sum()
-executors = [e for e in sc._jsc.sc().getExecutorIds()]
-print(f"RESULT total={total} executors={len(executors)}", flush=True)
+executors = sc._jsc.sc().getExecutorIds().size()
+print(f"RESULT total={total} executors={executors}", flush=True)
 spark.stop()
 """
 

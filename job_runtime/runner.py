@@ -1,0 +1,464 @@
+"""The runtime's life in the driver: restore, start, watch, savepoint, stop, and the exit code.
+
+Called by job_runtime.main (`run`). The Runner owns the StreamingQuery: only
+its main thread starts and stops it. The control endpoint's threads and the
+SIGTERM handler talk to it through a command queue; a savepoint taken while
+running is written from a worker thread, because the query keeps going.
+
+Restore rule: with --restore-from, a checkpoint location that has no commits
+(or an unfinished restore) is materialised from the savepoint; one that has
+commits is resumed and the restore skipped, so a driver restarted after a
+restore never loses progress.
+
+Stop-with-savepoint: stop the query (Spark aborts the batch in flight; its
+offsets stay in the write-ahead log and the restore re-runs it), write the
+savepoint, exit STOPPED_FOR_SAVEPOINT. If the savepoint fails the query is
+started again from its checkpoint in this process and the savepoint reported
+FAILED: a failing savepoint never costs a running job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import sys
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+from job_runtime import checkpoint, jobs
+from job_runtime.control import ControlError
+from job_runtime.exitcodes import ExitCode
+from job_runtime.jobdef import JobDefinition, JobDefinitionError
+from job_runtime.pinning import StateIncompatibleError, check_state_partitions
+from job_runtime.s3 import LocationError, S3Config, parse_location
+from job_runtime.settings import RuntimeSettings
+from job_runtime.status import RunState, SavepointState, progress_fields
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("job_runtime.runner")
+
+POLL_SECONDS = 0.5
+SAVEPOINT_HISTORY = 20
+STATUS_CACHE_SECONDS = 2.0
+WORKER_JOIN_SECONDS = 300.0
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@dataclass
+class SavepointRecord:
+    id: str
+    path: str
+    stop: bool
+    state: SavepointState = SavepointState.IN_PROGRESS
+    batch_id: int | None = None
+    error: str | None = None
+    requested_at: str = field(default_factory=utc_now)
+    finished_at: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "state": self.state.value,
+            "path": self.path,
+            "stop": self.stop,
+            "batchId": self.batch_id,
+            "error": self.error,
+            "requestedAt": self.requested_at,
+            "finishedAt": self.finished_at,
+        }
+
+
+@dataclass(frozen=True)
+class StopCommand:
+    reason: str
+
+
+@dataclass(frozen=True)
+class SavepointCommand:
+    record: SavepointRecord
+
+
+Command = StopCommand | SavepointCommand
+
+
+class RestoreRefused(RuntimeError):
+    """The savepoint or checkpoint cannot serve this job; exit RESTORE_REFUSED."""
+
+
+class Runner:
+    """Implements job_runtime.control.Controller; `run()` returns the exit code."""
+
+    def __init__(self, settings: RuntimeSettings, job: JobDefinition, s3_config: S3Config) -> None:
+        self.settings = settings
+        self.job = job
+        self.s3_config = s3_config
+        self._lock = threading.RLock()
+        self._commands: queue.Queue[Command] = queue.Queue()
+        self._state = RunState.STARTING
+        self._spark: SparkSession | None = None
+        self._query: StreamingQuery | None = None
+        self._last_error: str | None = None
+        self._restored_from: str | None = None
+        self._restore_skipped = False
+        self._savepoints: OrderedDict[str, SavepointRecord] = OrderedDict()
+        self._active_savepoint: SavepointRecord | None = None
+        self._worker: threading.Thread | None = None
+        self._stop_reason: str | None = None
+        self._latest_completed: tuple[float, int | None] = (0.0, None)
+        self._query_starts = 0
+        self.final_savepoint: SavepointRecord | None = None
+
+    # ---- Controller: called from the control endpoint's threads ---------------------------
+
+    @property
+    def state(self) -> RunState:
+        return self._state
+
+    @property
+    def last_error(self) -> str | None:
+        return self._last_error
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        return self._state != RunState.FAILED, {"state": self._state.value, "job": self.settings.job_id}
+
+    def status(self) -> dict[str, Any]:
+        query = self._query
+        progress = None
+        query_id = run_id = None
+        if query is not None:
+            try:
+                query_id, run_id = str(query.id), str(query.runId)
+                last = query.lastProgress
+                if last is not None:
+                    progress = json.loads(last.json) if hasattr(last, "json") else dict(last)
+            except Exception as err:  # the JVM may be going away; status must still answer
+                log.debug("could not read query progress: %s", err)
+        with self._lock:
+            active = self._active_savepoint.to_json() if self._active_savepoint else None
+            latest = list(self._savepoints.values())[-1].to_json() if self._savepoints else None
+        return {
+            "job": self.settings.job_id,
+            "state": self._state.value,
+            "queryId": query_id,
+            "runId": run_id,
+            "queryStarts": self._query_starts,
+            "latestCompletedBatch": self._latest_completed_batch(),
+            **progress_fields(progress),
+            "lastError": self._last_error,
+            "statePartitions": self.settings.state_partitions,
+            "checkpointLocation": self.settings.checkpoint_location,
+            "restoredFrom": self._restored_from,
+            "restoreSkipped": self._restore_skipped,
+            "sparkVersion": self._spark.version if self._spark is not None else None,
+            "savepointInProgress": active,
+            "lastSavepoint": latest,
+        }
+
+    def request_savepoint(self, path: str | None, stop: bool) -> dict[str, Any]:
+        with self._lock:
+            if self._state != RunState.RUNNING or self._stop_reason is not None:
+                raise ControlError(HTTPStatus.CONFLICT, f"the job is {self._state.value}: savepoints are taken while RUNNING")
+            if self._active_savepoint is not None:
+                raise ControlError(
+                    HTTPStatus.CONFLICT, f"savepoint {self._active_savepoint.id} is in progress; wait for it to finish"
+                )
+            target = path or self._default_savepoint_path()
+            try:
+                parse_location(target)
+            except LocationError as err:
+                raise ControlError(HTTPStatus.BAD_REQUEST, f"body.path: {err}") from None
+            record = SavepointRecord(id=uuid.uuid4().hex[:12], path=target, stop=stop)
+            self._active_savepoint = record
+            self._remember(record)
+        self._commands.put(SavepointCommand(record))
+        log.info("accepted savepoint request job=%s id=%s path=%s stop=%s", self.settings.job_id, record.id, record.path, stop)
+        return {"id": record.id, "path": record.path}
+
+    def savepoint(self, savepoint_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            record = self._savepoints.get(savepoint_id)
+            return record.to_json() if record else None
+
+    def savepoints(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [r.to_json() for r in self._savepoints.values()]
+
+    def request_stop(self, reason: str = "request") -> dict[str, Any]:
+        self._commands.put(StopCommand(reason))
+        return {"state": RunState.STOPPING.value}
+
+    def on_signal(self, signum: int, _frame: Any = None) -> None:
+        """SIGTERM/SIGINT: stop cleanly (exit STOPPED_BY_REQUEST), never die with 143."""
+        import signal
+
+        name = signal.Signals(signum).name
+        log.info("received signal job=%s signal=%s", self.settings.job_id, name)
+        self._stop_reason = self._stop_reason or name
+        self._commands.put(StopCommand(name))
+
+    # ---- the main thread ---------------------------------------------------------------
+
+    def run(self) -> ExitCode:
+        try:
+            return self._run()
+        except JobDefinitionError as err:
+            return self._fail(ExitCode.INVALID_JOB, str(err))
+        except RestoreRefused as err:
+            return self._fail(ExitCode.RESTORE_REFUSED, str(err))
+        except Exception as err:
+            log.exception("runtime failed job=%s", self.settings.job_id)
+            return self._fail(ExitCode.FAILED, _describe(err))
+        finally:
+            self._join_worker()
+
+    def _run(self) -> ExitCode:
+        self._spark = self._build_session()
+        if self._stop_reason:
+            return self._stopped()
+        self._restore_if_needed(self._spark)
+        try:
+            check_state_partitions(self.settings.checkpoint_location, self.settings.state_partitions, self.s3_config)
+        except StateIncompatibleError as err:
+            raise RestoreRefused(str(err)) from None
+        if self._stop_reason:
+            return self._stopped()
+        self._start_query()
+        while True:
+            try:
+                command: Command | None = self._commands.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                command = None
+            ended = self._check_query()
+            if ended is not None:
+                return ended
+            if isinstance(command, StopCommand):
+                return self._stop(command.reason)
+            if isinstance(command, SavepointCommand):
+                if command.record.stop:
+                    code = self._stop_with_savepoint(command.record)
+                    if code is not None:
+                        return code
+                else:
+                    self._worker = threading.Thread(
+                        target=self._savepoint_while_running, args=(command.record,), name="savepoint", daemon=True
+                    )
+                    self._worker.start()
+
+    def _build_session(self) -> "SparkSession":
+        from job_runtime.session import build_session
+
+        return build_session(self.settings)
+
+    def _restore_if_needed(self, spark: "SparkSession") -> None:
+        from job_runtime.savepoint import RESTORE_MARKER, SavepointError, restore_savepoint
+
+        uri = self.settings.restore_from
+        if uri is None:
+            return
+        location = self.settings.checkpoint_location
+        latest = checkpoint.latest_completed_batch(location, s3=self.s3_config)
+        unfinished = checkpoint.open_store(location, self.s3_config).exists(RESTORE_MARKER)
+        if latest is not None and not unfinished:
+            self._restore_skipped = True
+            log.info(
+                "skipped restore job=%s savepoint=%s reason=checkpoint has commits latestCompletedBatch=%d checkpoint=%s",
+                self.settings.job_id, uri, latest, location,
+            )
+            return
+        self._state = RunState.RESTORING
+        started = time.monotonic()
+        try:
+            manifest = restore_savepoint(
+                uri,
+                location,
+                expected_state_partitions=self.settings.state_partitions,
+                allow_non_restored_state=self.settings.allow_non_restored_state,
+                spark=spark,
+                s3_config=self.s3_config,
+            )
+        except SavepointError as err:
+            raise RestoreRefused(f"--restore-from {err}") from None
+        except LocationError as err:
+            raise JobDefinitionError(f"--restore-from: {err}") from None
+        self._restored_from = uri
+        log.info(
+            "restored savepoint job=%s savepoint=%s batchId=%d checkpoint=%s seconds=%.1f",
+            self.settings.job_id, uri, manifest.batch_id, location, time.monotonic() - started,
+        )
+
+    def _start_query(self) -> None:
+        assert self._spark is not None
+        query = jobs.start_query(self._spark, self.job, self.settings)
+        with self._lock:
+            self._query = query
+            self._query_starts += 1
+            self._state = RunState.RUNNING
+        log.info(
+            "started query job=%s queryId=%s runId=%s checkpoint=%s trigger=%s",
+            self.settings.job_id, query.id, query.runId, self.settings.checkpoint_location, self.settings.trigger_interval,
+        )
+
+    def _check_query(self) -> ExitCode | None:
+        """The exit code when the query ended by itself or failed; None while it runs."""
+        query = self._query
+        assert query is not None
+        if query.isActive:
+            return None
+        error = query.exception()
+        if error is not None:
+            return self._fail(ExitCode.FAILED, f"query failed: {_describe(error)}")
+        self._join_worker()
+        self._state = RunState.FINISHED
+        log.info("finished query job=%s reason=the query ended by itself", self.settings.job_id)
+        return ExitCode.FINISHED
+
+    def _stop_query(self) -> str | None:
+        """Stop the query; the error it had failed with, if it had."""
+        query = self._query
+        assert query is not None
+        query.stop()
+        error = query.exception()
+        return _describe(error) if error is not None else None
+
+    def _stop(self, reason: str) -> ExitCode:
+        self._stop_reason = self._stop_reason or reason
+        with self._lock:
+            self._state = RunState.STOPPING
+        log.info("stopping query job=%s reason=%s", self.settings.job_id, reason)
+        error = self._stop_query()
+        if error is not None:
+            return self._fail(ExitCode.FAILED, f"query failed: {error}")
+        self._join_worker()
+        return self._stopped()
+
+    def _stopped(self) -> ExitCode:
+        self._state = RunState.STOPPED
+        log.info("stopped job=%s reason=%s", self.settings.job_id, self._stop_reason)
+        return ExitCode.STOPPED_BY_REQUEST
+
+    def _stop_with_savepoint(self, record: SavepointRecord) -> ExitCode | None:
+        with self._lock:
+            self._state = RunState.SAVEPOINTING
+        log.info("stopping query for savepoint job=%s id=%s path=%s", self.settings.job_id, record.id, record.path)
+        error = self._stop_query()
+        if error is not None:
+            self._finish_savepoint(record, error=f"the query had failed: {error}")
+            return self._fail(ExitCode.FAILED, f"query failed: {error}")
+        try:
+            batch_id = self._write_savepoint(record.path)
+        except Exception as err:
+            self._finish_savepoint(record, error=_describe(err))
+            log.error(
+                "failed savepoint job=%s id=%s path=%s error=%s; restarting the query from its checkpoint",
+                self.settings.job_id, record.id, record.path, _describe(err),
+            )
+            self._start_query()
+            return None
+        self._finish_savepoint(record, batch_id=batch_id)
+        self.final_savepoint = record
+        self._state = RunState.STOPPED
+        log.info("stopped for savepoint job=%s id=%s path=%s batchId=%d", self.settings.job_id, record.id, record.path, batch_id)
+        return ExitCode.STOPPED_FOR_SAVEPOINT
+
+    def _savepoint_while_running(self, record: SavepointRecord) -> None:
+        try:
+            batch_id = self._write_savepoint(record.path)
+        except Exception as err:
+            self._finish_savepoint(record, error=_describe(err))
+            log.error("failed savepoint job=%s id=%s path=%s error=%s", self.settings.job_id, record.id, record.path, _describe(err))
+            return
+        self._finish_savepoint(record, batch_id=batch_id)
+        log.info("completed savepoint job=%s id=%s path=%s batchId=%d", self.settings.job_id, record.id, record.path, batch_id)
+
+    def _write_savepoint(self, path: str) -> int:
+        from job_runtime.savepoint import write_savepoint
+
+        assert self._spark is not None
+        started = time.monotonic()
+        manifest = write_savepoint(
+            self.settings.checkpoint_location,
+            path,
+            job_name=self.settings.name,
+            job_namespace=self.settings.namespace,
+            job_hash=self.settings.job_hash,
+            spark_version=self._spark.version,
+            state_partitions=self.settings.state_partitions,
+            s3_config=self.s3_config,
+        )
+        log.info(
+            "wrote savepoint job=%s path=%s batchId=%d files=%d bytes=%d seconds=%.1f",
+            self.settings.job_id, path, manifest.batch_id, len(manifest.files), manifest.total_bytes, time.monotonic() - started,
+        )
+        return manifest.batch_id
+
+    def _finish_savepoint(self, record: SavepointRecord, *, batch_id: int | None = None, error: str | None = None) -> None:
+        with self._lock:
+            record.batch_id = batch_id
+            record.error = error
+            record.state = SavepointState.FAILED if error is not None else SavepointState.COMPLETED
+            record.finished_at = utc_now()
+            if self._active_savepoint is record:
+                self._active_savepoint = None
+
+    def _remember(self, record: SavepointRecord) -> None:
+        self._savepoints[record.id] = record
+        while len(self._savepoints) > SAVEPOINT_HISTORY:
+            self._savepoints.popitem(last=False)
+
+    def _default_savepoint_path(self) -> str:
+        prefix = self.settings.savepoint_location
+        if not prefix:
+            raise ControlError(HTTPStatus.BAD_REQUEST, "body.path: required, the runtime has no --savepoint-location")
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        return f"{prefix.rstrip('/')}/savepoint-{stamp}-{uuid.uuid4().hex[:6]}"
+
+    def _latest_completed_batch(self) -> int | None:
+        at, value = self._latest_completed
+        if time.monotonic() - at < STATUS_CACHE_SECONDS:
+            return value
+        try:
+            value = checkpoint.latest_completed_batch(self.settings.checkpoint_location, s3=self.s3_config)
+        except Exception as err:
+            log.debug("could not read latest completed batch: %s", err)
+        self._latest_completed = (time.monotonic(), value)
+        return value
+
+    def _join_worker(self) -> None:
+        worker = self._worker
+        if worker is not None and worker.is_alive():
+            log.info("waiting for savepoint in progress job=%s", self.settings.job_id)
+            worker.join(WORKER_JOIN_SECONDS)
+
+    def _fail(self, code: ExitCode, message: str) -> ExitCode:
+        with self._lock:
+            self._last_error = message
+            self._state = RunState.FAILED
+        log.error("failed job=%s exitCode=%d error=%s", self.settings.job_id, int(code), message)
+        print(f"streamjob-runtime: {message}", file=sys.stderr, flush=True)
+        return code
+
+
+def _describe(err: BaseException) -> str:
+    """One readable line for an error: Spark's StreamingQueryException carries a long trace."""
+    text = str(err).strip()
+    if hasattr(err, "getMessage"):
+        try:
+            text = str(err.getMessage()).strip() or text  # type: ignore[union-attr]
+        except Exception:
+            pass
+    lines = [line for line in text.splitlines() if line.strip()]
+    head = lines[0] if lines else type(err).__name__
+    return head if len(head) <= 2000 else head[:2000] + "..."
