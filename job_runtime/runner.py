@@ -225,14 +225,18 @@ class Runner:
             self._join_worker()
 
     def _run(self) -> ExitCode:
+        # Everything that can refuse the run without a JVM goes first: a refusal is then quick.
+        restore = self._restore_needed()
+        if restore:
+            self._check_savepoint()
+        else:
+            self._check_pin()
         self._spark = self._build_session()
         if self._stop_reason:
             return self._stopped()
-        self._restore_if_needed(self._spark)
-        try:
-            check_state_partitions(self.settings.checkpoint_location, self.settings.state_partitions, self.s3_config)
-        except StateIncompatibleError as err:
-            raise RestoreRefused(str(err)) from None
+        if restore:
+            self._restore(self._spark)
+            self._check_pin()
         if self._stop_reason:
             return self._stopped()
         self._start_query()
@@ -262,22 +266,59 @@ class Runner:
 
         return build_session(self.settings)
 
-    def _restore_if_needed(self, spark: "SparkSession") -> None:
-        from job_runtime.savepoint import RESTORE_MARKER, SavepointError, restore_savepoint
+    def _check_pin(self) -> None:
+        try:
+            check_state_partitions(self.settings.checkpoint_location, self.settings.state_partitions, self.s3_config)
+        except StateIncompatibleError as err:
+            raise RestoreRefused(str(err)) from None
+        except LocationError as err:
+            raise JobDefinitionError(f"--checkpoint: {err}") from None
+
+    def _restore_needed(self) -> bool:
+        """True when --restore-from is set and the checkpoint has no commits (or an unfinished restore)."""
+        from job_runtime.savepoint import RESTORE_MARKER
 
         uri = self.settings.restore_from
         if uri is None:
-            return
+            return False
         location = self.settings.checkpoint_location
-        latest = checkpoint.latest_completed_batch(location, s3=self.s3_config)
-        unfinished = checkpoint.open_store(location, self.s3_config).exists(RESTORE_MARKER)
+        try:
+            latest = checkpoint.latest_completed_batch(location, s3=self.s3_config)
+            unfinished = checkpoint.open_store(location, self.s3_config).exists(RESTORE_MARKER)
+        except LocationError as err:
+            raise JobDefinitionError(f"--checkpoint: {err}") from None
         if latest is not None and not unfinished:
             self._restore_skipped = True
             log.info(
                 "skipped restore job=%s savepoint=%s reason=checkpoint has commits latestCompletedBatch=%d checkpoint=%s",
                 self.settings.job_id, uri, latest, location,
             )
-            return
+            return False
+        return True
+
+    def _check_savepoint(self) -> None:
+        """Refuse early (before the JVM) when the savepoint has no manifest or is unreadable."""
+        from job_runtime.savepoint import SavepointError, inspect_savepoint
+
+        assert self.settings.restore_from is not None
+        try:
+            manifest = inspect_savepoint(self.settings.restore_from, s3_config=self.s3_config)
+        except SavepointError as err:
+            raise RestoreRefused(f"--restore-from {err}") from None
+        except LocationError as err:
+            raise JobDefinitionError(f"--restore-from: {err}") from None
+        log.info(
+            "found savepoint job=%s savepoint=%s batchId=%d statePartitions=%d savedBy=%s/%s",
+            self.settings.job_id, self.settings.restore_from, manifest.batch_id, manifest.state_partitions,
+            manifest.job.namespace, manifest.job.name,
+        )
+
+    def _restore(self, spark: "SparkSession") -> None:
+        from job_runtime.savepoint import SavepointError, restore_savepoint
+
+        uri = self.settings.restore_from
+        assert uri is not None
+        location = self.settings.checkpoint_location
         self._state = RunState.RESTORING
         started = time.monotonic()
         try:
@@ -291,8 +332,6 @@ class Runner:
             )
         except SavepointError as err:
             raise RestoreRefused(f"--restore-from {err}") from None
-        except LocationError as err:
-            raise JobDefinitionError(f"--restore-from: {err}") from None
         self._restored_from = uri
         log.info(
             "restored savepoint job=%s savepoint=%s batchId=%d checkpoint=%s seconds=%.1f",

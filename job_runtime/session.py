@@ -59,6 +59,8 @@ def engine_conf(settings: RuntimeSettings, jars: list[Path] | None = None) -> di
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+        # The console progress bar garbles driver logs.
+        "spark.ui.showConsoleProgress": "false",
         # Python-side stop() must wait for the batch to abort cleanly, not forever.
         "spark.sql.streaming.stopTimeout": "120000",
     }

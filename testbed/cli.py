@@ -81,6 +81,12 @@ def apply_manifests(bed: TestBed, paths: list[str]) -> None:
             raise TestBedError(f"kubectl apply -f {path} failed:\n{result.stderr.strip()}")
         for line in result.stdout.splitlines():
             log.info("Applied %s", line)
+        if "customresourcedefinition" in result.stdout:
+            # Custom resources applied next need their CRDs served first.
+            subprocess.run(
+                [kubectl, f"--kubeconfig={bed.kubeconfig}", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
+                capture_output=True, text=True, timeout=90, check=False,
+            )
 
 
 def run_foreground(args: argparse.Namespace) -> int:
@@ -121,8 +127,8 @@ def run_foreground(args: argparse.Namespace) -> int:
         bed.stop(keep=True)
         raise
     finally:
-        ready_file.unlink(missing_ok=True)
-        _pid_file().unlink(missing_ok=True)
+        for stale in (ready_file, _pid_file(), root / "env", root / "kubeconfig"):
+            stale.unlink(missing_ok=True)
 
 
 def run_background(args: argparse.Namespace, timeout: float = 300.0) -> int:

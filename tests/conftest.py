@@ -68,6 +68,7 @@ def spark_local(testbed: TestBed) -> Iterator[Any]:
     from testbed import locate
 
     locate.require_jars_dir()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # bind to loopback only
     builder = (
         SparkSession.builder.master("local[2]")
         .appName("streamjob-tests")

@@ -87,6 +87,7 @@ class Phase(str, Enum):
     waiting = "Waiting"
     deploying = "Deploying"
     awaiting_ready = "AwaitingReady"
+    done = "Done"  # deletion finished; kopf removes the finalizer
 
 
 class RestoreMode(str, Enum):
@@ -690,6 +691,7 @@ class _Pass:
     def finish_deletion(self) -> None:
         self.deletion_done = True
         self.update(driver_pod=None, ready=False)
+        self.op_update(phase=Phase.done.value)
         self.actions.append(DeleteOwnedObjects())
         self.emit("Normal", "Deleted", "Driver stopped and owned objects deleted; removing the finalizer")
 
@@ -712,6 +714,7 @@ class _Pass:
         epoch = self.st.driver_epoch + 1
         mode = RestoreMode(op.restore_mode or RestoreMode.last_state.value)
         base = deploy_spec.checkpoint.location
+        restored: str | None
         if mode is RestoreMode.savepoint and op.savepoint_path:
             checkpoint, restored = names.checkpoint_location(base, epoch), op.savepoint_path
             how = f"restoring savepoint {restored} into {checkpoint}"
@@ -834,6 +837,9 @@ class _Pass:
     def deletion(self) -> None:
         op = self.st.operation
         if op is not None and op.kind == OpKind.delete.value:
+            if op.phase == Phase.done.value:
+                self.deletion_done = True
+                return
             self.continue_operation()
             return
         deadline = self.t(self.spec.deletion.timeout_seconds)

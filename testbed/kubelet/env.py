@@ -184,13 +184,13 @@ def container_env(
         elif "resourceFieldRef" in source:
             env[name] = resource_field_ref(container, source["resourceFieldRef"], node_allocatable)
         elif "configMapKeyRef" in source:
-            value = _lookup_key("configmap", source["configMapKeyRef"], get_config_map)
-            if value is not None:
-                env[name] = value
+            found = _lookup_key("configmap", source["configMapKeyRef"], get_config_map)
+            if found is not None:
+                env[name] = found
         elif "secretKeyRef" in source:
-            value = _lookup_key("secret", source["secretKeyRef"], get_secret)
-            if value is not None:
-                env[name] = value
+            found = _lookup_key("secret", source["secretKeyRef"], get_secret)
+            if found is not None:
+                env[name] = found
     for key, value in service_env.items():
         env.setdefault(key, value)
     return env

@@ -50,11 +50,16 @@ class Image:
     cmd: tuple[str, ...] = ()
     spark: Environment | None = None
 
-    def container_env(self, pod_env: Mapping[str, str]) -> dict[str, str]:
+    def container_env(self, pod_env: Mapping[str, str], pod_ip: str | None = None) -> dict[str, str]:
         """The image's ENV overridden by the container's env, as a container runtime merges them."""
         env = {**self.env, **pod_env}
-        if self.spark is not None and "SPARK_HOME" in env:
-            env["SPARK_HOME"] = map_spark_path(env["SPARK_HOME"], self.spark)
+        if self.spark is not None:
+            if "SPARK_HOME" in env:
+                env["SPARK_HOME"] = map_spark_path(env["SPARK_HOME"], self.spark)
+            if pod_ip:
+                # In a pod the host name resolves to the pod IP, which Spark then
+                # binds to; here the host name is the machine's, so say it.
+                env.setdefault("SPARK_LOCAL_IP", pod_ip)
         return env
 
     def argv(self, command: list[str], args: list[str], env: Mapping[str, str]) -> list[str]:

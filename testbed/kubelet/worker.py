@@ -308,7 +308,7 @@ class PodWorker(threading.Thread):
                 )
                 command = [envmod.expand(str(c), pod_env) for c in container.get("command") or []]
                 args = [envmod.expand(str(a), pod_env) for a in container.get("args") or []]
-                env = image.container_env(pod_env)
+                env = image.container_env(pod_env, self._status_base["podIP"])
                 env.setdefault("HOSTNAME", pod["spec"].get("hostname") or pod["metadata"]["name"])
                 env.setdefault("HOME", str(self.pod_dir / "home"))
                 if env["HOME"].startswith(str(self.pod_dir)):
@@ -342,9 +342,10 @@ class PodWorker(threading.Thread):
     def _termination_log_mount(self, container: Obj) -> Mount:
         source = self.pod_dir / "termination-log"
         source.write_bytes(b"")
-        return Mount(str(source), container.get("terminationMessagePath") or "/dev/termination-log", False)
+        return Mount(str(source), str(container.get("terminationMessagePath") or "/dev/termination-log"), False)
 
     def _termination_message(self, container: Obj, code: int) -> str:
+        written: str
         try:
             written = (self.pod_dir / "termination-log").read_bytes()[:4096].decode(errors="replace")
         except OSError:

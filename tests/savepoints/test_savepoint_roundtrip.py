@@ -52,13 +52,13 @@ def s3_digests(client: Any, uri: str) -> dict[str, str]:
 def resume_with_extra_file(spark: Any, real: RealCheckpoint, checkpoint_uri: str, tmp_path: Path, index: int) -> dict[str, int]:
     """Runs the job once more on ``checkpoint_uri`` over the original input plus one new file.
 
-    The new file lives in its own folder, read together with the original one through a
-    glob, so the shared input folder stays as the session fixture left it; files the
-    checkpoint's source log already holds are not read again.
+    The new file lives in its own sibling folder, read together with the original one
+    through a glob, so the shared input folder stays as the session fixture left it;
+    files the checkpoint's source log already holds are not read again.
     """
-    extra = tmp_path / f"extra-{index}"
+    extra = real.input_dir.parent / f"extra-{tmp_path.name}-{index}"
     write_input(extra, index)
-    glob = f"{{{real.input_dir},{extra}}}"
+    glob = f"{real.input_dir.parent}/{{{real.input_dir.name},{extra.name}}}"
     run_to_end(spark, Path(glob), checkpoint_uri)
     return read_state(spark, checkpoint_uri)
 

@@ -100,3 +100,21 @@ def test_runtime_executor_is_spark_entrypoint_executor() -> None:
 def test_unknown_image_is_not_found_naming_it() -> None:
     with pytest.raises(images.ImageNotFound, match="quay.io/acme/thing:2"):
         images.lookup("quay.io/acme/thing:2", SPARK)
+
+
+def test_address_pool_hands_out_distinct_loopback_addresses_and_skips_busy_ones() -> None:
+    import ipaddress
+    import socket
+
+    from testbed.kubelet.ipam import AddressPool
+
+    start = int(ipaddress.IPv4Address("127.0.7.10"))
+    with socket.socket() as listener:
+        listener.bind(("127.0.7.10", 0))
+        listener.listen()
+        pool = AddressPool(start=start)
+        first, second = pool.allocate("a"), pool.allocate("b")
+    assert (first, second) == ("127.0.7.11", "127.0.7.12")
+    assert pool.allocate("a") == first
+    pool.release("a")
+    assert pool.allocate("c") == "127.0.7.13"

@@ -615,6 +615,12 @@ CASES = [
         id="deletion finishes once no driver is left",
     ),
     pytest.param(
+        BASE, with_op(running(state=LifecycleState.deleting, driver_pod=None), kind="delete", phase="Done", deadline=at(300)),
+        obs(job=None, deleting=True),
+        Expect(actions=[], events=[], done=True),
+        id="a finished deletion is only confirmed, not redone, until the finalizer is gone",
+    ),
+    pytest.param(
         make_spec(deletion={"savepointOnDelete": True}), running(), obs(pod(), deleting=True),
         Expect(op=("delete", "Savepointing"), events=["Deleting"]),
         id="deletion with savepointOnDelete takes a final savepoint",

@@ -1,0 +1,186 @@
+"""Act: the only code that changes the world (Kubernetes objects, S3 savepoints, the driver).
+
+Called by ``streamjob_operator.handlers`` after ``reconcile.decide`` and
+after the decided status is written (the write-ahead log). Every action is
+idempotent: "already exists" and "not found" are success, so a pass that is
+repeated after an operator crash does no harm.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from kubernetes.client.rest import ApiException
+
+from streamjob_operator.api.spec import API_GROUP, API_VERSION, KIND, PLURAL, StreamJobSpec
+from streamjob_operator.api.status import StreamJobStatus
+from streamjob_operator.k8s import resources
+from streamjob_operator.k8s.clients import Clients, DriverUnreachable, decode
+from streamjob_operator.k8s.resources import Owner
+from streamjob_operator.reconcile import names
+from streamjob_operator.reconcile.model import (
+    Action,
+    CreateDriver,
+    DeleteDriver,
+    DeleteOwnedObjects,
+    DeleteSavepoint,
+    EnsureSupportObjects,
+    Event,
+    TriggerSavepoint,
+)
+
+log = logging.getLogger(__name__)
+COMPONENT = "streamjob-operator"
+
+
+class ActionFailed(Exception):
+    """An action that could not be done now; the pass is retried."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an action learned that the write-ahead log must keep (e.g. the savepoint request id)."""
+
+    operation: dict[str, Any]
+
+
+def _ignore(*statuses: int) -> Callable[[Callable[[], Any]], Any]:
+    def run(call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except ApiException as err:
+            if err.status in statuses:
+                return None
+            raise
+    return run
+
+
+_exists_ok = _ignore(409)
+_gone_ok = _ignore(404)
+
+
+class Actor:
+    def __init__(self, clients: Clients) -> None:
+        self.clients = clients
+
+    # --- status and events -------------------------------------------------------------------
+    def write_status(self, owner: Owner, status: StreamJobStatus) -> None:
+        body = {"status": status.model_dump(mode="json", by_alias=True)}
+        self.clients.custom.patch_namespaced_custom_object_status(API_GROUP, API_VERSION, owner.namespace, PLURAL, owner.name, body)
+
+    def emit(self, owner: Owner, event: Event) -> None:
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = {
+            "metadata": {"name": f"{owner.name}.{uuid.uuid4().hex[:12]}", "namespace": owner.namespace},
+            "involvedObject": {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND, "name": owner.name,
+                               "namespace": owner.namespace, "uid": owner.uid},
+            "reason": event.reason,
+            "message": event.message,
+            "type": event.type,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": COMPONENT,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.clients.core.create_namespaced_event(owner.namespace, body)
+        except ApiException as err:  # an event is information, never a reason to fail the pass
+            log.warning("Failed to post event streamjob=%s/%s reason=%s status=%s", owner.namespace, owner.name, event.reason, err.status)
+
+    # --- actions -------------------------------------------------------------------------------
+    def execute(self, owner: Owner, spec: StreamJobSpec, action: Action, pod_ips: dict[str, str | None]) -> Outcome | None:
+        if isinstance(action, EnsureSupportObjects):
+            self.ensure_support(owner, spec, action)
+        elif isinstance(action, CreateDriver):
+            self.create_driver(owner, action)
+        elif isinstance(action, DeleteDriver):
+            self.delete_driver(owner, action)
+        elif isinstance(action, TriggerSavepoint):
+            return self.trigger_savepoint(owner, action, pod_ips.get(action.pod))
+        elif isinstance(action, DeleteSavepoint):
+            self.delete_savepoint(owner, spec, action)
+        elif isinstance(action, DeleteOwnedObjects):
+            self.delete_owned(owner)
+        return None
+
+    def ensure_support(self, owner: Owner, spec: StreamJobSpec, action: EnsureSupportObjects) -> None:
+        core, rbac, ns = self.clients.core, self.clients.rbac, owner.namespace
+        if action.service_account is None:
+            _exists_ok(lambda: core.create_namespaced_service_account(ns, resources.driver_service_account(owner)))
+            _exists_ok(lambda: rbac.create_namespaced_role(ns, resources.driver_role(owner)))
+            _exists_ok(lambda: rbac.create_namespaced_role_binding(ns, resources.driver_role_binding(owner)))
+        created = _exists_ok(lambda: core.create_namespaced_secret(ns, resources.token_secret(owner, secrets.token_urlsafe(32))))
+        if created is not None:
+            self.clients.forget_token(ns, owner.name)
+            log.info("Created token secret streamjob=%s/%s secret=%s", ns, owner.name, names.token_secret(owner.name))
+        _exists_ok(lambda: core.create_namespaced_service(ns, resources.driver_service(owner, self.clients.layout)))
+
+    def create_driver(self, owner: Owner, action: CreateDriver) -> None:
+        core, ns = self.clients.core, owner.namespace
+        spec = StreamJobSpec.model_validate(json.loads(action.spec_json))
+        # ConfigMaps of earlier epochs: no driver that could read them is left (decide guarantees it)
+        stale = decode(core.list_namespaced_config_map(ns, label_selector=f"{names.LABEL_JOB}={owner.name},{names.LABEL_EPOCH}",
+                                                       _preload_content=False))["items"]
+        for cm in stale:
+            if cm["metadata"]["labels"].get(names.LABEL_EPOCH) != str(action.epoch):
+                _gone_ok(lambda: core.delete_namespaced_config_map(cm["metadata"]["name"], ns))
+        _exists_ok(lambda: core.create_namespaced_config_map(ns, resources.job_config_map(owner, spec, action.epoch)))
+        pod = resources.driver_pod(owner, spec, action, self.clients.layout)
+        if _exists_ok(lambda: core.create_namespaced_pod(ns, pod)) is not None:
+            log.info("Created driver pod streamjob=%s/%s pod=%s checkpoint=%s restoreFrom=%s",
+                     ns, owner.name, action.pod, action.checkpoint_location, action.restore_from)
+
+    def delete_driver(self, owner: Owner, action: DeleteDriver) -> None:
+        kwargs: dict[str, Any] = {}
+        if action.grace_seconds is not None:
+            kwargs["grace_period_seconds"] = action.grace_seconds
+        if _gone_ok(lambda: self.clients.core.delete_namespaced_pod(action.pod, owner.namespace, **kwargs)) is not None:
+            log.info("Deleted driver pod streamjob=%s/%s pod=%s grace=%s", owner.namespace, owner.name, action.pod, action.grace_seconds)
+
+    def trigger_savepoint(self, owner: Owner, action: TriggerSavepoint, pod_ip: str | None) -> Outcome | None:
+        if not pod_ip:
+            raise ActionFailed(f"driver pod {action.pod} has no IP yet")
+        try:
+            reply = self.clients.driver_call(pod_ip, owner.namespace, owner.name, "POST", "/savepoints",
+                                             {"path": action.path, "stop": action.stop})
+        except DriverUnreachable as err:
+            raise ActionFailed(f"could not ask driver {action.pod} for a savepoint: {err}") from None
+        if reply.status == 202:
+            log.info("Triggered savepoint streamjob=%s/%s pod=%s path=%s stop=%s id=%s",
+                     owner.namespace, owner.name, action.pod, action.path, action.stop, reply.body.get("id"))
+            return Outcome({"triggerId": str(reply.body.get("id"))})
+        if reply.status == 409:  # one in progress: ours, if an earlier pass triggered it before a crash
+            listing = self.clients.driver_call(pod_ip, owner.namespace, owner.name, "GET", "/savepoints")
+            for sp in reversed(listing.body.get("savepoints") or []):
+                if sp.get("path") == action.path:
+                    return Outcome({"triggerId": str(sp.get("id"))})
+        raise ActionFailed(f"driver {action.pod} refused the savepoint: HTTP {reply.status} {reply.body.get('error', '')}")
+
+    def delete_savepoint(self, owner: Owner, spec: StreamJobSpec, action: DeleteSavepoint) -> None:
+        from job_runtime.savepoint import delete_savepoint
+
+        try:
+            delete_savepoint(action.path, s3_config=self.clients.s3_config(owner.namespace, spec))
+        except Exception as err:  # a leftover savepoint costs storage, not correctness
+            log.warning("Failed to prune savepoint streamjob=%s/%s path=%s error=%s", owner.namespace, owner.name, action.path, err)
+
+    def delete_owned(self, owner: Owner) -> None:
+        core, rbac, ns = self.clients.core, self.clients.rbac, owner.namespace
+        selector = f"{names.LABEL_JOB}={owner.name},{names.LABEL_MANAGED_BY}={names.MANAGED_BY}"
+        for cm in decode(core.list_namespaced_config_map(ns, label_selector=selector, _preload_content=False))["items"]:
+            _gone_ok(lambda: core.delete_namespaced_config_map(cm["metadata"]["name"], ns))
+        _gone_ok(lambda: core.delete_namespaced_service(names.driver_service(owner.name), ns))
+        _gone_ok(lambda: core.delete_namespaced_secret(names.token_secret(owner.name), ns))
+        _gone_ok(lambda: rbac.delete_namespaced_role_binding(names.driver_role(owner.name), ns))
+        _gone_ok(lambda: rbac.delete_namespaced_role(names.driver_role(owner.name), ns))
+        _gone_ok(lambda: core.delete_namespaced_service_account(names.driver_service_account(owner.name), ns))
+        self.clients.forget_token(ns, owner.name)
+        log.info("Deleted owned objects streamjob=%s/%s", ns, owner.name)

@@ -1,0 +1,150 @@
+"""Connections to the outside world: the Kubernetes API, the driver's control endpoint, S3.
+
+Called by ``reconcile.observe`` (reads) and ``k8s.act`` (writes); nothing
+else opens a connection. Secrets read here (the job's control token, the
+S3 credentials) live only in memory and never reach logs, events or status.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from job_runtime.s3 import S3Config
+from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, StreamJobSpec
+from streamjob_operator.k8s.resources import TOKEN_KEY, RuntimeLayout
+from streamjob_operator.reconcile import names
+
+log = logging.getLogger(__name__)
+
+HTTP_TIMEOUT_SECONDS = 3.0
+
+
+class DriverUnreachable(Exception):
+    """The control endpoint did not answer (connection refused, timeout, 5xx)."""
+
+
+@dataclass(frozen=True)
+class DriverReply:
+    status: int
+    body: dict[str, Any]
+
+
+def load_api_client() -> client.ApiClient:
+    """In-cluster config when running in a pod, else $KUBECONFIG / ~/.kube/config."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"):
+        config.load_incluster_config()
+        return client.ApiClient()
+    return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
+
+
+def decode(response: Any) -> Any:
+    """JSON of a ``_preload_content=False`` response (plain dicts are easier to read than models)."""
+    return json.loads(response.data)
+
+
+@dataclass
+class Clients:
+    api: client.ApiClient
+    layout: RuntimeLayout = field(default_factory=RuntimeLayout)
+    _tokens: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    @property
+    def rbac(self) -> client.RbacAuthorizationV1Api:
+        return client.RbacAuthorizationV1Api(self.api)
+
+    # --- the StreamJob ---------------------------------------------------------------------
+    def get_streamjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return decode(self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, name, _preload_content=False))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def driver_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        items = decode(self.core.list_namespaced_pod(namespace, label_selector=names.driver_selector(job), _preload_content=False))["items"]
+        return list(items)
+
+    # --- the driver's control endpoint --------------------------------------------------------
+    def token(self, namespace: str, job: str) -> str | None:
+        key = (namespace, job)
+        if key not in self._tokens:
+            try:
+                secret = decode(self.core.read_namespaced_secret(names.token_secret(job), namespace, _preload_content=False))
+            except ApiException as err:
+                if err.status == 404:
+                    return None
+                raise
+            import base64
+
+            self._tokens[key] = base64.b64decode(secret["data"][TOKEN_KEY]).decode()
+        return self._tokens[key]
+
+    def forget_token(self, namespace: str, job: str) -> None:
+        self._tokens.pop((namespace, job), None)
+
+    def driver_call(self, pod_ip: str, namespace: str, job: str, method: str, path: str, body: dict[str, Any] | None = None) -> DriverReply:
+        token = self.token(namespace, job)
+        if token is None:
+            raise DriverUnreachable(f"no token Secret {names.token_secret(job)}")
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            f"http://{pod_ip}:{self.layout.control_port}{path}",
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_SECONDS) as response:
+                return DriverReply(response.status, json.loads(response.read() or b"{}"))
+        except urllib.error.HTTPError as err:
+            if err.code == 401:
+                self.forget_token(namespace, job)
+            if err.code >= 500:
+                raise DriverUnreachable(f"{method} {path}: HTTP {err.code}") from None
+            try:
+                payload = json.loads(err.read() or b"{}")
+            except ValueError:
+                payload = {}
+            return DriverReply(err.code, payload)
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            raise DriverUnreachable(f"{method} {path}: {err}") from None
+
+    # --- S3, with the credentials the spec references ------------------------------------------
+    def s3_config(self, namespace: str, spec: StreamJobSpec) -> S3Config:
+        s3 = spec.s3
+        if s3 is None:
+            return S3Config()
+        access = secret_key = None
+        if s3.credentials_secret is not None:
+            ref = s3.credentials_secret
+            import base64
+
+            data = decode(self.core.read_namespaced_secret(ref.name, namespace, _preload_content=False)).get("data") or {}
+            access = base64.b64decode(data.get(ref.access_key_id_key, "")).decode() or None
+            secret_key = base64.b64decode(data.get(ref.secret_access_key_key, "")).decode() or None
+        return S3Config(
+            endpoint_url=s3.endpoint,
+            region=s3.region,
+            path_style=s3.path_style_access,
+            access_key_id=access,
+            secret_access_key=secret_key,
+            max_attempts=2,
+        )

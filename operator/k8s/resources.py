@@ -1,0 +1,287 @@
+"""Pure builders of the Kubernetes objects a StreamJob owns, as plain dicts.
+
+Called by ``k8s.act`` (which sends them) and by unit tests. No client, no
+I/O: values in, manifests out. Names and labels come from
+``reconcile.names`` so the decision code and these builders agree.
+
+The driver pod runs the job runtime under ``spark-submit`` in client mode
+inside the pod; Spark on Kubernetes creates the executor pods, owned by the
+driver pod (``spark.kubernetes.driver.pod.name``), under a service account
+that may manage pods, services, configmaps and PVCs in the namespace only.
+S3 credentials reach driver and executors only as Secret references.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from job_runtime.jobdef import dump_job_definition
+from streamjob_operator.api.spec import API_GROUP, API_VERSION, KIND, StreamJobSpec
+from streamjob_operator.reconcile import names
+from streamjob_operator.reconcile.model import CreateDriver
+
+Manifest = dict[str, Any]
+
+JOB_MOUNT = "/etc/streamjob/job"
+TOKEN_MOUNT = "/etc/streamjob/token"
+TOKEN_KEY = "token"
+JOB_KEY = "job.json"
+DRIVER_ROLE_RESOURCES = ["pods", "services", "configmaps", "persistentvolumeclaims"]
+DRIVER_ROLE_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The StreamJob that owns the objects (for owner references)."""
+
+    name: str
+    namespace: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class RuntimeLayout:
+    """Where things are inside the runtime image; operator settings, not per-job spec."""
+
+    driver_script: str = "/opt/streamjob/driver.py"
+    spark_submit: str = "/opt/spark/bin/spark-submit"
+    control_port: int = 8765
+    driver_port: int = 7078
+    block_manager_port: int = 7079
+    termination_grace_seconds: int = 60
+
+
+def owner_reference(owner: Owner, controller: bool = True) -> Manifest:
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "name": owner.name,
+        "uid": owner.uid,
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _meta(owner: Owner, name: str, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> Manifest:
+    meta: Manifest = {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": labels or names.job_labels(owner.name),
+        "ownerReferences": [owner_reference(owner)],
+    }
+    if annotations:
+        meta["annotations"] = annotations
+    return meta
+
+
+def job_config_map(owner: Owner, spec: StreamJobSpec, epoch: int) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(owner, names.job_config_map(owner.name, epoch), {**names.job_labels(owner.name), names.LABEL_EPOCH: str(epoch)}),
+        "data": {JOB_KEY: dump_job_definition(spec.job)},
+    }
+
+
+def token_secret(owner: Owner, token: str) -> Manifest:
+    """The per-job bearer token of the driver's control endpoint (the value comes from act)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(owner, names.token_secret(owner.name)),
+        "type": "Opaque",
+        "stringData": {TOKEN_KEY: token},
+    }
+
+
+def driver_service(owner: Owner, layout: RuntimeLayout) -> Manifest:
+    """Headless: resolves to the current driver pod (executors and the operator may use it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(owner, names.driver_service(owner.name)),
+        "spec": {
+            "clusterIP": "None",
+            "selector": {names.LABEL_JOB: owner.name, names.LABEL_ROLE: names.ROLE_DRIVER},
+            "publishNotReadyAddresses": True,
+            "ports": [
+                {"name": "control", "port": layout.control_port, "targetPort": layout.control_port},
+                {"name": "driver-rpc", "port": layout.driver_port, "targetPort": layout.driver_port},
+                {"name": "blockmanager", "port": layout.block_manager_port, "targetPort": layout.block_manager_port},
+            ],
+        },
+    }
+
+
+def driver_service_account(owner: Owner) -> Manifest:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(owner, names.driver_service_account(owner.name))}
+
+
+def driver_role(owner: Owner) -> Manifest:
+    """Least privilege for Spark on Kubernetes: its own executors and their support objects, this namespace only."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(owner, names.driver_role(owner.name)),
+        "rules": [{"apiGroups": [""], "resources": DRIVER_ROLE_RESOURCES, "verbs": DRIVER_ROLE_VERBS}],
+    }
+
+
+def driver_role_binding(owner: Owner) -> Manifest:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(owner, names.driver_role(owner.name)),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.driver_role(owner.name)},
+        "subjects": [{"kind": "ServiceAccount", "name": names.driver_service_account(owner.name), "namespace": owner.namespace}],
+    }
+
+
+def service_account_of(owner: Owner, spec: StreamJobSpec) -> str:
+    return spec.service_account_name or names.driver_service_account(owner.name)
+
+
+def _pod_memory(memory: str, overhead: str | None) -> str:
+    """Spark's heap notation (1g, 512m) plus overhead (default max(384m, 10%)) as a Kubernetes quantity."""
+    def mib(text: str) -> int:
+        number, unit = int(text[:-1]), text[-1].lower()
+        return number * {"k": 1, "m": 1, "g": 1024, "t": 1024 * 1024}[unit] // (1 if unit != "k" else 1024)
+
+    heap = mib(memory)
+    extra = mib(overhead) if overhead else max(384, heap // 10)
+    return f"{heap + extra}Mi"
+
+
+def spark_conf(owner: Owner, spec: StreamJobSpec, pod: str, layout: RuntimeLayout) -> list[tuple[str, str]]:
+    """Spark confs of the driver, operator-set ones last so the user's sparkConf cannot break the wiring."""
+    ex = spec.executor
+    conf: list[tuple[str, str]] = sorted(spec.spark_conf.items())
+    conf += [
+        ("spark.app.name", owner.name),
+        ("spark.driver.host", "$(POD_IP)"),
+        ("spark.driver.bindAddress", "$(POD_IP)"),
+        ("spark.driver.port", str(layout.driver_port)),
+        ("spark.driver.blockManager.port", str(layout.block_manager_port)),
+        ("spark.ui.enabled", spec.spark_conf.get("spark.ui.enabled", "false")),
+    ]
+    if ex.instances == 0:  # local master in the driver: no executor settings (spark-submit refuses 0 executors)
+        return conf
+    conf += [
+        ("spark.kubernetes.namespace", owner.namespace),
+        ("spark.kubernetes.driver.pod.name", pod),
+        ("spark.kubernetes.container.image", spec.image),
+        ("spark.kubernetes.container.image.pullPolicy", spec.image_pull_policy),
+        ("spark.kubernetes.executor.podNamePrefix", pod),
+        ("spark.executor.instances", str(ex.instances)),
+        ("spark.executor.cores", str(ex.cores)),
+        ("spark.executor.memory", ex.memory),
+        ("spark.kubernetes.executor.label." + names.LABEL_JOB, owner.name),
+    ]
+    if ex.memory_overhead:
+        conf.append(("spark.executor.memoryOverhead", ex.memory_overhead))
+    if spec.s3 is not None and spec.s3.credentials_secret is not None:
+        ref = spec.s3.credentials_secret
+        conf += [
+            ("spark.kubernetes.executor.secretKeyRef.AWS_ACCESS_KEY_ID", f"{ref.name}:{ref.access_key_id_key}"),
+            ("spark.kubernetes.executor.secretKeyRef.AWS_SECRET_ACCESS_KEY", f"{ref.name}:{ref.secret_access_key_key}"),
+        ]
+    return conf
+
+
+def runtime_args(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: RuntimeLayout) -> list[str]:
+    args = [
+        "run",
+        "--job", f"{JOB_MOUNT}/{JOB_KEY}",
+        "--name", owner.name,
+        "--namespace", owner.namespace,
+        "--checkpoint", action.checkpoint_location,
+        "--state-partitions", str(spec.state_partitions),
+        "--trigger-interval", spec.checkpoint.trigger_interval,
+        "--control-address", f"$(POD_IP):{layout.control_port}",
+        "--token-file", f"{TOKEN_MOUNT}/{TOKEN_KEY}",
+        "--termination-message-file", "/dev/termination-log",
+    ]
+    if action.restore_from:
+        args += ["--restore-from", action.restore_from]
+    if spec.allow_non_restored_state:
+        args.append("--allow-non-restored-state")
+    if spec.savepoint is not None:
+        args += ["--savepoint-location", f"{spec.savepoint.location.rstrip('/')}/{owner.namespace}/{owner.name}"]
+    if spec.s3 is not None:
+        if spec.s3.endpoint:
+            args += ["--s3-endpoint", spec.s3.endpoint]
+        args += ["--s3-region", spec.s3.region]
+        if spec.s3.path_style_access:
+            args.append("--s3-path-style")
+    return args
+
+
+def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: RuntimeLayout) -> Manifest:
+    """The driver pod of one epoch: spark-submit (client mode) running the job runtime."""
+    # executor.instances 0 runs the tasks in the driver: Spark's local master, no executor pods
+    master = ("k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)" if spec.executor.instances > 0
+              else f"local[{spec.driver.cores}]")
+    submit = ["--master", master, "--deploy-mode", "client", "--driver-memory", spec.driver.memory]
+    for key, value in spark_conf(owner, spec, action.pod, layout):
+        submit += ["--conf", f"{key}={value}"]
+    env: list[Manifest] = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "SPARK_USER", "value": "spark"},
+    ]
+    if spec.s3 is not None:
+        env.append({"name": "AWS_REGION", "value": spec.s3.region})
+        if spec.s3.credentials_secret is not None:
+            ref = spec.s3.credentials_secret
+            env += [
+                {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.access_key_id_key}}},
+                {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.secret_access_key_key}}},
+            ]
+    memory = _pod_memory(spec.driver.memory, spec.driver.memory_overhead)
+    labels = names.driver_labels(owner.name, action.epoch)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _meta(owner, action.pod, labels, {names.ANNOTATION_SPEC_HASH: action.spec_hash}),
+        "spec": {
+            "restartPolicy": "Never",  # the operator restarts, per spec.restartPolicy, from the latest checkpoint
+            "serviceAccountName": service_account_of(owner, spec),
+            "automountServiceAccountToken": True,
+            "terminationGracePeriodSeconds": layout.termination_grace_seconds,
+            "containers": [
+                {
+                    "name": "driver",
+                    "image": spec.image,
+                    "imagePullPolicy": spec.image_pull_policy,
+                    "command": [layout.spark_submit],
+                    "args": submit + [layout.driver_script] + runtime_args(owner, spec, action, layout),
+                    "env": env,
+                    "ports": [
+                        {"name": "control", "containerPort": layout.control_port},
+                        {"name": "driver-rpc", "containerPort": layout.driver_port},
+                        {"name": "blockmanager", "containerPort": layout.block_manager_port},
+                    ],
+                    "resources": {
+                        "requests": {"cpu": str(spec.driver.cores), "memory": memory},
+                        "limits": {"memory": memory},
+                    },
+                    "volumeMounts": [
+                        {"name": "job", "mountPath": JOB_MOUNT, "readOnly": True},
+                        {"name": "token", "mountPath": TOKEN_MOUNT, "readOnly": True},
+                    ],
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }
+            ],
+            "volumes": [
+                {"name": "job", "configMap": {"name": names.job_config_map(owner.name, action.epoch)}},
+                {"name": "token", "secret": {"secretName": names.token_secret(owner.name), "defaultMode": 0o444}},
+            ],
+        },
+    }
+
+
+def pretty(manifest: Manifest) -> str:
+    return json.dumps(manifest, indent=2, sort_keys=True)

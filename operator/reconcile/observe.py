@@ -1,0 +1,200 @@
+"""Observe: read the world for one StreamJob into an ``Observations`` value. Read-only.
+
+Called by ``streamjob_operator.handlers`` at the start of every pass. Reads
+the job's driver pods (Kubernetes API), the driver's control endpoint
+(status; the savepoint request in flight) and, when an operation needs it,
+the savepoint manifest in S3 and the latest completed batch of the
+checkpoint. The endpoint is polled at a bounded rate; what is not read this
+pass is ``None`` in the observations.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from job_runtime.exitcodes import Outcome, classify
+from streamjob_operator.api.spec import StreamJobSpec
+from streamjob_operator.api.status import StreamJobStatus
+from streamjob_operator.k8s.clients import Clients, DriverUnreachable
+from streamjob_operator.reconcile import names
+from streamjob_operator.reconcile.model import (
+    DriverPod,
+    ExitKind,
+    JobProgress,
+    Observations,
+    PodPhase,
+    SavepointManifest,
+    SavepointProgress,
+    SavepointState,
+)
+from streamjob_operator.reconcile.policy import parse_time
+
+log = logging.getLogger(__name__)
+
+JOB_POLL_SECONDS = 10.0  # steady-state poll of /status; faster while an operation or readiness is pending
+MESSAGE_TAIL = 800
+
+_EXIT_KINDS = {
+    Outcome.finished: ExitKind.ended,
+    Outcome.failed: ExitKind.failed,
+    Outcome.stopped_for_savepoint: ExitKind.stopped_for_savepoint,
+    Outcome.stopped_by_request: ExitKind.stopped,
+    Outcome.invalid: ExitKind.invalid_job,
+    Outcome.restore_refused: ExitKind.restore_refused,
+}
+
+
+def exit_kind(code: int) -> ExitKind:
+    return _EXIT_KINDS[classify(code)]
+
+
+def termination_message(raw: str | None) -> str:
+    """The runtime writes JSON ({"message": ...}); FallbackToLogsOnError gives a log tail."""
+    if not raw:
+        return ""
+    try:
+        data = json.loads(raw)
+        if isinstance(data, dict) and data.get("message"):
+            return str(data["message"])[-MESSAGE_TAIL:]
+    except ValueError:
+        pass
+    lines = [line for line in raw.strip().splitlines() if line.strip() and not line.startswith(("\tat ", "\t... "))]
+    headline = next((line for line in lines if "Exception" in line or "Error" in line), None)
+    if headline is not None:  # a JVM stack trace: its first line says what happened, the frames do not
+        return headline.strip()[:MESSAGE_TAIL]
+    return "\n".join(lines)[-MESSAGE_TAIL:]
+
+
+def driver_pod(pod: dict[str, Any]) -> DriverPod:
+    meta = pod.get("metadata", {})
+    status = pod.get("status", {})
+    phase = PodPhase(status.get("phase") or "Pending") if (status.get("phase") or "Pending") in PodPhase._value2member_map_ else PodPhase.unknown
+    code: int | None = None
+    message = ""
+    for cs in status.get("containerStatuses") or []:
+        if cs.get("name") != "driver":
+            continue
+        terminated = (cs.get("state") or {}).get("terminated")
+        if terminated:
+            code = int(terminated.get("exitCode", 1))
+            message = termination_message(terminated.get("message")) or str(terminated.get("reason") or "")
+        waiting = (cs.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError"):
+            message = f"{waiting.get('reason')}: {waiting.get('message', '')}"[-MESSAGE_TAIL:]
+    if code is not None and phase not in (PodPhase.failed, PodPhase.succeeded):
+        phase = PodPhase.succeeded if code == 0 else PodPhase.failed
+    epoch = (meta.get("labels") or {}).get(names.LABEL_EPOCH)
+    return DriverPod(
+        name=meta["name"],
+        phase=phase,
+        epoch=int(epoch) if epoch and epoch.isdigit() else None,
+        deleting=bool(meta.get("deletionTimestamp")),
+        exit_code=code,
+        exit_kind=exit_kind(code) if code is not None else None,
+        message=message,
+    )
+
+
+def job_progress(body: dict[str, Any]) -> JobProgress:
+    state = body.get("state")
+    return JobProgress(
+        reachable=True,
+        ready=state == "RUNNING" and body.get("lastBatchId") is not None and not body.get("lastError"),
+        query_id=body.get("queryId"),
+        run_id=body.get("runId"),
+        last_batch_id=body.get("lastBatchId"),
+        latest_completed_batch=body.get("latestCompletedBatch"),
+        watermark=body.get("watermark"),
+        input_rows_per_second=body.get("inputRowsPerSecond"),
+        processed_rows_per_second=body.get("processedRowsPerSecond"),
+        state_rows=body.get("stateRows"),
+        last_error=body.get("lastError"),
+    )
+
+
+def wants_job_poll(status: StreamJobStatus, now: datetime) -> bool:
+    if status.operation is not None or not status.ready or status.job is None:
+        return True
+    seen = parse_time(status.job.observed_at)
+    return seen is None or now - seen >= timedelta(seconds=JOB_POLL_SECONDS)
+
+
+def observe(
+    clients: Clients,
+    body: dict[str, Any],
+    spec: StreamJobSpec,
+    status: StreamJobStatus,
+    now: datetime,
+    repartition_supported: bool,
+) -> Observations:
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    raw_pods = clients.driver_pods(namespace, name)
+    drivers = tuple(driver_pod(p) for p in raw_pods)
+    ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in raw_pods}
+    current = next((d for d in drivers if d.name == status.driver_pod), None)
+    op = status.operation
+    savepointing = op is not None and op.phase == "Savepointing"
+
+    job: JobProgress | None = None
+    savepoint: SavepointProgress | None = None
+    live_ip = ips.get(current.name) if current is not None and current.alive and current.phase is PodPhase.running else None
+    if live_ip and (wants_job_poll(status, now) or savepointing or meta.get("deletionTimestamp")):
+        try:
+            reply = clients.driver_call(live_ip, namespace, name, "GET", "/status")
+            job = job_progress(reply.body) if reply.status == 200 else JobProgress(reachable=False)
+            if savepointing and op is not None and op.trigger_id:
+                sp = clients.driver_call(live_ip, namespace, name, "GET", f"/savepoints/{op.trigger_id}")
+                if sp.status == 200 and sp.body.get("state") in SavepointState._value2member_map_:
+                    savepoint = SavepointProgress(
+                        SavepointState(sp.body["state"]), sp.body.get("path"), sp.body.get("batchId"), sp.body.get("error")
+                    )
+        except DriverUnreachable as err:
+            log.debug("Could not reach driver streamjob=%s/%s pod=%s error=%s", namespace, name, current.name if current else None, err)
+            job = JobProgress(reachable=False)
+
+    manifest: SavepointManifest | None = None
+    needs_s3 = (savepointing and op is not None and op.savepoint_path) or (
+        status.checkpoint_location and (current is None or current.terminated) and status.driver_pod
+    )
+    s3 = None
+    if needs_s3:
+        try:
+            s3 = clients.s3_config(namespace, spec)
+        except Exception as err:  # a missing Secret must not stop the loop; the operation's deadline bounds it
+            log.warning("Could not read S3 credentials streamjob=%s/%s error=%s", namespace, name, err)
+    if s3 is not None and savepointing and op is not None and op.savepoint_path:
+        from job_runtime.savepoint import SavepointError, inspect_savepoint
+
+        try:
+            m = inspect_savepoint(op.savepoint_path, s3_config=s3)
+            manifest = SavepointManifest(op.savepoint_path, m.batch_id, m.created_at.isoformat())
+        except SavepointError:
+            pass
+        except Exception as err:
+            log.debug("Could not read savepoint manifest path=%s error=%s", op.savepoint_path, err)
+
+    checkpoint_batch: int | None = None
+    if s3 is not None and status.checkpoint_location and (current is None or current.terminated):
+        from job_runtime.checkpoint import latest_completed_batch
+
+        try:
+            checkpoint_batch = latest_completed_batch(status.checkpoint_location, s3=s3)
+        except Exception as err:
+            log.debug("Could not read checkpoint location=%s error=%s", status.checkpoint_location, err)
+
+    return Observations(
+        name=name,
+        namespace=namespace,
+        generation=int(meta.get("generation") or 1),
+        deleting=bool(meta.get("deletionTimestamp")),
+        drivers=drivers,
+        job=job,
+        savepoint=savepoint,
+        manifest=manifest,
+        checkpoint_batch=checkpoint_batch,
+        repartition_supported=repartition_supported,
+    )

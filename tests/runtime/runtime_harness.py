@@ -1,0 +1,191 @@
+"""Runs the job runtime as a real process (`python -m job_runtime.main run ...`) for the runtime tests.
+
+Each RuntimeProcess is one driver: its own JVM, its own process group (so a
+SIGKILL takes the JVM down with it, as a pod kill would), a log file, and a
+client for its control endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "jobs"
+TOKEN = "runtime-test-token-0123456789"
+
+# Small and quick: tests run on two cores.
+TEST_CONF = (
+    "spark.ui.enabled=false",
+    "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.sql.streaming.stateStore.maintenanceInterval=5s",
+    "spark.driver.host=127.0.0.1",
+    "spark.driver.bindAddress=127.0.0.1",
+)
+
+
+def example_job(name: str, events: Path, output: Path, target: Path) -> Path:
+    """examples/jobs/<name>.yaml with its input and output pointed at test folders, written to `target`."""
+    job = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    sources = job["pipeline"]["sources"] if "pipeline" in job else job["sources"]
+    sink = job["pipeline"]["sink"] if "pipeline" in job else job["sink"]
+    for source in sources:
+        source["path"] = events.as_uri()
+    sink["path"] = output.as_uri()
+    if "pythonPath" in job:
+        job["pythonPath"] = [str(EXAMPLES)]
+    target.write_text(json.dumps(job))
+    return target
+
+
+def runtime_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_SUBMIT_ARGS")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class RuntimeProcess:
+    workdir: Path
+    args: list[str]
+    env: dict[str, str] = field(default_factory=runtime_env)
+    label: str = "job"
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.token_file = self.workdir / "token"
+        self.token_file.write_text(TOKEN + "\n")
+        self.address_file = self.workdir / f"{self.label}.address"
+        self.address_file.unlink(missing_ok=True)
+        self.log_path = self.workdir / f"{self.label}.log"
+        self.termination_file = self.workdir / f"{self.label}.termination.json"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "RuntimeProcess":
+        command = [
+            sys.executable, "-m", "job_runtime.main", "run", *self.args,
+            "--token-file", str(self.token_file),
+            "--control-address", "127.0.0.1:0",
+            "--control-address-file", str(self.address_file),
+            "--termination-message-file", str(self.termination_file),
+            "--master", "local[2]",
+        ]
+        for conf in TEST_CONF:
+            command += ["--conf", conf]
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            command, cwd=self.workdir, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        return self
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.label} did not exit within {timeout}s; log tail:\n{self.log_tail()}") from None
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: Python driver and its JVM, like a pod kill."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+        else:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)  # a JVM left behind by a dead driver
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        """SIGTERM to the driver process only, as the kubelet does to a container's PID 1."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def termination(self) -> dict[str, Any]:
+        return json.loads(self.termination_file.read_text())
+
+    # ---- control endpoint -------------------------------------------------------------
+
+    def address(self, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.address_file.exists():
+                return self.address_file.read_text().strip()
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"{self.label} exited {self.proc.returncode} before listening:\n{self.log_tail()}")
+            time.sleep(0.1)
+        raise AssertionError(f"{self.label} never wrote {self.address_file}")
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None, token: str | None = TOKEN) -> tuple[int, dict[str, Any]]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://{self.address()}{path}", data=data, method=method)
+        if token is not None:
+            req.add_header("Authorization", f"Bearer {token}")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
+
+    def status(self) -> dict[str, Any]:
+        code, body = self.request("GET", "/status")
+        assert code == 200, (code, body)
+        return body
+
+    def wait_for(self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 240) -> dict[str, Any]:
+        """Poll /status until `check` holds; fail with the log when the process exits first."""
+        deadline = time.monotonic() + timeout
+        last: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"{self.label} exited {self.proc.returncode} while waiting for {what}:\n{self.log_tail()}")
+            try:
+                last = self.status()
+                if check(last):
+                    return last
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"{self.label}: no {what} within {timeout}s; last status {last}\n{self.log_tail()}")
+
+
+def run_args(job: Path, checkpoint: str, *, name: str = "job", trigger: str = "available-now", partitions: int = 2, extra: tuple[str, ...] = ()) -> list[str]:
+    return [
+        "--job", str(job), "--name", name, "--namespace", "tests",
+        "--checkpoint", checkpoint, "--state-partitions", str(partitions),
+        "--trigger-interval", trigger, *extra,
+    ]

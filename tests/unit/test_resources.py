@@ -1,0 +1,79 @@
+"""The pure builders of the objects a StreamJob owns."""
+
+from __future__ import annotations
+
+from streamjob_operator.api.spec import parse_spec
+from streamjob_operator.k8s import resources
+from streamjob_operator.k8s.resources import Owner, RuntimeLayout
+from streamjob_operator.reconcile.decide import hash_text, spec_json
+from streamjob_operator.reconcile.model import CreateDriver
+
+OWNER = Owner("wc", "team-a", "uid-1")
+SPEC = parse_spec({
+    "image": "ghcr.io/streamjob/streamjob-runtime:0.1.0",
+    "job": {"entrypoint": "jobs.wordcount:build"},
+    "checkpoint": {"location": "s3a://b/ck"},
+    "savepoint": {"location": "s3://b/sp"},
+    "s3": {"endpoint": "http://s3:9000", "pathStyleAccess": True, "credentialsSecret": {"name": "s3-creds"}},
+    "executor": {"instances": 2},
+    "sparkConf": {"spark.kubernetes.driver.pod.name": "user-tries-to-override"},
+})
+TEXT = spec_json(SPEC)
+ACTION = CreateDriver("wc-driver-3", 3, TEXT, "s3a://b/ck/run-3", "s3://b/sp/team-a/wc/savepoint-x", hash_text(TEXT))
+
+
+def test_driver_pod_runs_the_runtime_under_spark_submit_in_client_mode() -> None:
+    pod = resources.driver_pod(OWNER, SPEC, ACTION, RuntimeLayout(driver_script="/opt/streamjob/driver.py"))
+    container = pod["spec"]["containers"][0]
+    args = container["args"]
+    assert container["command"] == ["/opt/spark/bin/spark-submit"]
+    assert args[:4] == ["--master", "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)", "--deploy-mode", "client"]
+    confs = [args[i + 1] for i, a in enumerate(args) if a == "--conf"]
+    assert "spark.kubernetes.driver.pod.name=wc-driver-3" == [c for c in confs if c.startswith("spark.kubernetes.driver.pod.name=")][-1]
+    assert "spark.driver.host=$(POD_IP)" in confs and "spark.executor.instances=2" in confs
+    assert "spark.kubernetes.namespace=team-a" in confs
+    script = args.index("/opt/streamjob/driver.py")
+    runtime = args[script + 1:]
+    assert runtime[0] == "run"
+    assert runtime[runtime.index("--checkpoint") + 1] == "s3a://b/ck/run-3"
+    assert runtime[runtime.index("--restore-from") + 1] == "s3://b/sp/team-a/wc/savepoint-x"
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert pod["metadata"]["labels"]["streamjob.io/role"] == "driver"
+    assert pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_credentials_only_travel_as_secret_references() -> None:
+    pod = resources.driver_pod(OWNER, SPEC, ACTION, RuntimeLayout())
+    text = resources.pretty(pod)
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "s3-creds", "key": "AWS_SECRET_ACCESS_KEY"}
+    assert "spark.kubernetes.executor.secretKeyRef.AWS_SECRET_ACCESS_KEY=s3-creds:AWS_SECRET_ACCESS_KEY" in text
+    assert "fs.s3a.secret.key" not in text
+
+
+def test_driver_role_is_namespaced_and_least_privilege() -> None:
+    role = resources.driver_role(OWNER)
+    assert role["kind"] == "Role" and role["metadata"]["namespace"] == "team-a"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
+                              "verbs": resources.DRIVER_ROLE_VERBS}]
+    binding = resources.driver_role_binding(OWNER)
+    assert binding["subjects"][0]["name"] == resources.service_account_of(OWNER, SPEC)
+
+
+def test_job_config_map_holds_the_job_definition_per_epoch() -> None:
+    cm = resources.job_config_map(OWNER, SPEC, 3)
+    assert cm["metadata"]["name"] == "wc-job-3"
+    assert '"entrypoint":"jobs.wordcount:build"' in cm["data"]["job.json"]
+
+
+def test_service_is_headless_and_selects_the_driver() -> None:
+    svc = resources.driver_service(OWNER, RuntimeLayout())
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == {"streamjob.io/job": "wc", "streamjob.io/role": "driver"}
+
+
+def test_zero_executors_run_the_tasks_in_the_driver() -> None:
+    spec = SPEC.model_copy(update={"executor": SPEC.executor.model_copy(update={"instances": 0})})
+    args = resources.driver_pod(OWNER, spec, ACTION, RuntimeLayout())["spec"]["containers"][0]["args"]
+    assert args[1] == "local[1]"
+    assert not [a for a in args if a.startswith("spark.executor.instances")]
