@@ -224,7 +224,11 @@ def format_validation_error(prefix: str, err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
-        lines.append(f"{prefix}.{loc}: {e['msg']}" if loc else f"{prefix}: {e['msg']}")
+        msg = e["msg"]
+        value = e.get("input")
+        if isinstance(value, (str, int, float, bool)) and e.get("type") != "missing":
+            msg = f"{msg} (got {value!r})"  # a scalar shows what was wrong; objects would only be noise
+        lines.append(f"{prefix}.{loc}: {msg}" if loc else f"{prefix}: {msg}")
     return "; ".join(lines)
 
 

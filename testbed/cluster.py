@@ -135,12 +135,12 @@ class TestBed:
         self._processes.append(s3.process)
         self.s3 = s3.credentials
 
-        kubelet = self._start_kubelet(kubelet_config)
+        kubelet = self._start_kubelet(kubelet_config, certs)
         self._processes.append(kubelet)
         self._wait_cluster_ready(kubelet, kcm, deadline)
         self._write_info()
 
-    def _start_kubelet(self, kubelet_config: Path) -> ManagedProcess:
+    def _start_kubelet(self, kubelet_config: Path, certs: pki.Pki) -> ManagedProcess:
         # The package is put on the path through a folder holding only it: the
         # repository root must not be on sys.path (its operator/ folder would
         # shadow the standard library's operator module).
@@ -159,6 +159,9 @@ class TestBed:
             f"--node-name={self.node_name}",
             f"--state-dir={self.kubelet_dir}",
             f"--apiserver-port={self.apiserver_port}",
+            f"--tls-cert-file={certs.kubelet_serving.cert}",
+            f"--tls-private-key-file={certs.kubelet_serving.key}",
+            f"--client-ca-file={certs.ca.cert}",
         ]
         if self.jars_dir:
             argv.append(f"--jars-dir={self.jars_dir}")

@@ -104,8 +104,11 @@ def start_apiserver(
                 f"--tls-cert-file={pki.apiserver.cert}",
                 f"--tls-private-key-file={pki.apiserver.key}",
                 f"--client-ca-file={pki.ca.cert}",
-                f"--kubelet-client-certificate={pki.admin.cert}",
-                f"--kubelet-client-key={pki.admin.key}",
+                # kubectl logs: the API server calls the kubelet's log endpoint.
+                f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
+                f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
+                f"--kubelet-certificate-authority={pki.ca.cert}",
+                "--kubelet-preferred-address-types=InternalIP",
                 # Aggregation layer: lets extension API servers (metrics-server...) work.
                 f"--requestheader-client-ca-file={pki.ca.cert}",
                 "--requestheader-allowed-names=front-proxy-client",

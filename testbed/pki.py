@@ -34,6 +34,8 @@ class Pki:
     controller_manager: CertPair
     kubelet: CertPair
     front_proxy_client: CertPair
+    apiserver_kubelet_client: CertPair
+    kubelet_serving: CertPair
     sa_private_key: Path
     sa_public_key: Path
 
@@ -176,6 +178,12 @@ def generate(directory: Path, *, node_name: str) -> Pki:
     controller_manager = leaf("controller-manager", _name("system:kube-controller-manager"), server=False)
     kubelet = leaf("kubelet", _name(f"system:node:{node_name}", ("system:nodes",)), server=False)
     front_proxy_client = leaf("front-proxy-client", _name("front-proxy-client"), server=False)
+    apiserver_kubelet_client = leaf(
+        "apiserver-kubelet-client", _name("kube-apiserver-kubelet-client", ("system:masters",)), server=False
+    )
+    kubelet_serving = leaf(
+        "kubelet-serving", _name(f"system:node:{node_name}", ("system:nodes",)), server=True, sans=("127.0.0.1", node_name)
+    )
 
     sa_key = _new_key()
     sa_private = directory / "sa.key"
@@ -193,6 +201,8 @@ def generate(directory: Path, *, node_name: str) -> Pki:
         controller_manager=controller_manager,
         kubelet=kubelet,
         front_proxy_client=front_proxy_client,
+        apiserver_kubelet_client=apiserver_kubelet_client,
+        kubelet_serving=kubelet_serving,
         sa_private_key=sa_private,
         sa_public_key=sa_public,
     )

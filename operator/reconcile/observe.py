@@ -65,7 +65,7 @@ def termination_message(raw: str | None) -> str:
     headline = next((line for line in lines if "Exception" in line or "Error" in line), None)
     if headline is not None:  # a JVM stack trace: its first line says what happened, the frames do not
         return headline.strip()[:MESSAGE_TAIL]
-    return "\n".join(lines)[-MESSAGE_TAIL:]
+    return "\n".join(lines[-5:])[-MESSAGE_TAIL:]
 
 
 def driver_pod(pod: dict[str, Any]) -> DriverPod:
@@ -81,6 +81,8 @@ def driver_pod(pod: dict[str, Any]) -> DriverPod:
         if terminated:
             code = int(terminated.get("exitCode", 1))
             message = termination_message(terminated.get("message")) or str(terminated.get("reason") or "")
+            if code > 128:  # killed by a signal: the log tail is not the cause
+                message = f"killed by signal {code - 128} ({terminated.get('reason') or 'no reason given'}); last output: {message}"
         waiting = (cs.get("state") or {}).get("waiting")
         if waiting and waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError"):
             message = f"{waiting.get('reason')}: {waiting.get('message', '')}"[-MESSAGE_TAIL:]

@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jars-dir", type=Path, default=None, help="s3a jars for the runtime image")
     parser.add_argument("--backoff-initial", type=float, default=1.0, help="first crash-loop back-off, seconds")
     parser.add_argument("--backoff-max", type=float, default=30.0, help="longest crash-loop back-off, seconds")
+    parser.add_argument("--tls-cert-file", type=Path, default=None, help="serving cert of the log endpoint")
+    parser.add_argument("--tls-private-key-file", type=Path, default=None)
+    parser.add_argument("--client-ca-file", type=Path, default=None, help="CA of the API server's kubelet client cert")
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
@@ -44,6 +47,9 @@ def main(argv: list[str] | None = None) -> None:
         kubelet_version=locate.K8S_VERSION,
         backoff_initial=args.backoff_initial,
         backoff_max=args.backoff_max,
+        serving=(args.tls_cert_file, args.tls_private_key_file, args.client_ca_file)
+        if args.tls_cert_file and args.tls_private_key_file and args.client_ca_file
+        else None,
     )
     done = threading.Event()
 

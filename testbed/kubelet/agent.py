@@ -16,6 +16,7 @@ from kubernetes import watch
 from testbed.kubelet.api import ApiException, KubeletApi, Obj
 from testbed.kubelet.images import Environment
 from testbed.kubelet.ipam import AddressPool
+from testbed.kubelet.logserver import LogServer
 from testbed.kubelet.node import CAPACITY, NodeAgent
 from testbed.kubelet.volumes import VolumeBuilder
 from testbed.kubelet.worker import KubeletContext, PodWorker
@@ -39,10 +40,20 @@ class Kubelet:
         host_ip: str = "127.0.0.1",
         backoff_initial: float = 1.0,
         backoff_max: float = 30.0,
+        serving: tuple[Path, Path, Path] | None = None,
     ) -> None:
+        """``serving``: (cert, key, client CA) for the log endpoint; without it ``kubectl logs`` fails."""
         self.api = KubeletApi(kubeconfig)
         self.node_name = node_name
-        self.node = NodeAgent(self.api, node_name, host_ip, kubelet_version)
+        self.log_server: LogServer | None = None
+        if serving:
+            cert, key, client_ca = serving
+            self.log_server = LogServer(
+                host=host_ip, logs_dir=state_dir / "logs", cert=cert, key=key, client_ca=client_ca,
+                pod_log_dir=self.pod_log_dir,
+            )
+        port = self.log_server.port if self.log_server else 0
+        self.node = NodeAgent(self.api, node_name, host_ip, kubelet_version, port)
         self.ctx = KubeletContext(
             api=self.api,
             node_name=node_name,
@@ -61,7 +72,18 @@ class Kubelet:
         self.workers: dict[str, PodWorker] = {}
         self.stop_event = threading.Event()
 
+    def pod_log_dir(self, namespace: str, name: str) -> Path | None:
+        """The log folder of the pod of that name now running here, else the newest one."""
+        key = f"{namespace}/{name}"
+        for worker in list(self.workers.values()):
+            if worker.key == key:
+                return worker.log_dir
+        found = sorted(self.ctx.logs_dir.glob(f"{namespace}_{name}_*"), key=lambda p: p.stat().st_mtime)
+        return found[-1] if found else None
+
     def run(self) -> None:
+        if self.log_server:
+            self.log_server.start()
         self.node.register()
         threading.Thread(target=self.node.heartbeat, args=(self.stop_event,), name="heartbeat", daemon=True).start()
         log.info("Started kubelet node=%s pods_dir=%s", self.node_name, self.ctx.pods_dir)
@@ -142,6 +164,8 @@ class Kubelet:
 
     def stop(self) -> None:
         self.stop_event.set()
+        if self.log_server:
+            self.log_server.stop()
         workers = list(self.workers.values())
         for worker in workers:
             worker.shutdown()

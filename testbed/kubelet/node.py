@@ -29,7 +29,7 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def node_status(host_ip: str, node_name: str, kubelet_version: str, since: str) -> Obj:
+def node_status(host_ip: str, node_name: str, kubelet_version: str, since: str, kubelet_port: int = 0) -> Obj:
     beat = _now()
 
     def condition(ctype: str, status: str, reason: str, message: str) -> Obj:
@@ -52,7 +52,7 @@ def node_status(host_ip: str, node_name: str, kubelet_version: str, since: str) 
             condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
             condition("Ready", "True", "KubeletReady", "the test bed's process kubelet is posting ready status"),
         ],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "nodeInfo": {
             "architecture": {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine()),
             "bootID": "",
@@ -69,8 +69,9 @@ def node_status(host_ip: str, node_name: str, kubelet_version: str, since: str) 
 
 
 class NodeAgent:
-    def __init__(self, api: KubeletApi, node_name: str, host_ip: str, kubelet_version: str) -> None:
+    def __init__(self, api: KubeletApi, node_name: str, host_ip: str, kubelet_version: str, kubelet_port: int = 0) -> None:
         self.api = api
+        self.kubelet_port = kubelet_port
         self.node_name = node_name
         self.host_ip = host_ip
         self.kubelet_version = kubelet_version
@@ -103,7 +104,7 @@ class NodeAgent:
     def post_status(self) -> None:
         self.api.core.patch_node_status(
             self.node_name,
-            {"status": node_status(self.host_ip, self.node_name, self.kubelet_version, self.since)},
+            {"status": node_status(self.host_ip, self.node_name, self.kubelet_version, self.since, self.kubelet_port)},
             _content_type="application/merge-patch+json",
             _preload_content=False,
         )

@@ -15,7 +15,7 @@ from kubernetes import client
 from testbed import TestBed
 from testbed.waiting import wait_for
 
-from .conftest import (
+from streamjob_e2e import (
     IMAGE,
     DriverCounter,
     Jobs,

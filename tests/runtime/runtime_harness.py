@@ -25,6 +25,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "jobs"
 TOKEN = "runtime-test-token-0123456789"
+S3_BUCKET = "streamjob-runtime"
 
 # Small and quick: tests run on two cores.
 TEST_CONF = (

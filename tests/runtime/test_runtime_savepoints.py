@@ -76,7 +76,7 @@ def test_stop_with_savepoint_then_restore_in_a_new_process(events: Input, proces
     processes.append(second.start())
     assert second.wait(400) == 0, second.log_tail()
     assert "restored savepoint" in second.log_text()
-    assert outputs.file_sink_rows(out) == events.tumbling()
+    assert outputs.file_sink_rows(out) == events.tumbling(events.recorded_plan(tmp_path / "ckpt2"))
 
 
 def test_savepoint_while_running_restores_consistently(events: Input, processes: list[RuntimeProcess], tmp_path: Path) -> None:
@@ -124,4 +124,4 @@ def test_savepoint_while_running_restores_consistently(events: Input, processes:
 
     combined = outputs.foreach_batch_rows(out1, range(0, batch + 1)) + outputs.foreach_batch_rows(out2)
     assert min(outputs.batch_dirs(out2)) == batch + 1
-    assert combined == events.sessions()
+    assert combined == events.sessions(events.recorded_plan(tmp_path / "ckpt2"))

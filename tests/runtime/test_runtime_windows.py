@@ -13,20 +13,20 @@ from pathlib import Path
 
 import runtime_outputs as outputs
 import runtime_reference as reference
-from runtime_inputs import DELAY_MS, Input
+from runtime_inputs import Input
 from runtime_harness import RuntimeProcess, example_job, run_args
 
 
 def test_input_tells_the_watermark_rules_apart(events: Input) -> None:
     # Without late rows, or if the late rule did not matter, the tests below could not fail on it.
-    b = events.batches
-    assert events.tumbling() != reference.windowed(b, length_ms=10_000, delay_ms=DELAY_MS, late="never")
-    assert events.sessions() != reference.sessions(b, gap_ms=3_000, delay_ms=DELAY_MS, late="never")
+    plan = events.plan()
+    assert events.tumbling() != reference.windowed(plan, length_ms=10_000, late="never")
+    assert events.sessions() != reference.sessions(plan, gap_ms=3_000, late="never")
     spark_rule = [events.tumbling(), events.sliding(), events.sessions()]
     current_rule = [
-        reference.windowed(b, length_ms=10_000, delay_ms=DELAY_MS, late="current"),
-        reference.windowed(b, length_ms=20_000, slide_ms=10_000, delay_ms=DELAY_MS, late="current"),
-        reference.sessions(b, gap_ms=3_000, delay_ms=DELAY_MS, late="current"),
+        reference.windowed(plan, length_ms=10_000, late="current"),
+        reference.windowed(plan, length_ms=20_000, slide_ms=10_000, late="current"),
+        reference.sessions(plan, gap_ms=3_000, late="current"),
     ]
     assert spark_rule != current_rule
     assert all(len(r) >= 8 for r in spark_rule)
@@ -41,6 +41,8 @@ def test_window_kinds_equal_the_reference(events: Input, processes: list[Runtime
     for proc in processes:
         assert proc.wait(600) == 0, proc.log_tail()
         assert proc.termination()["outcome"] == "finished"
+    for kind in expected:  # the reference's watermark model is Spark's, batch for batch
+        assert events.recorded_plan(tmp_path / "ckpt" / kind) == events.plan(), kind
     assert outputs.file_sink_rows(tmp_path / "out" / "tumbling") == expected["tumbling"]
     assert outputs.file_sink_rows(tmp_path / "out" / "sliding") == expected["sliding"]
     assert outputs.foreach_batch_rows(tmp_path / "out" / "session") == expected["session"]

@@ -170,3 +170,15 @@ def test_on_failure_pod_restarts_until_it_succeeds(core_v1: client.CoreV1Api, na
 
     assert done.status.phase == "Succeeded"
     assert done.status.container_statuses[0].restart_count == 1
+
+
+def test_pod_logs_are_served_through_the_api(core_v1: client.CoreV1Api, namespace: str) -> None:
+    core_v1.create_namespaced_pod(namespace, pod("talker", ["sh", "-c", "for i in 1 2 3; do echo line-$i; done"], image="busybox"))
+    wait_pod_phase(core_v1, namespace, "talker", {"Succeeded", "Failed"})
+
+    def logs(**options: Any) -> str:
+        # kubernetes-client 36 turns a non-JSON body into "b'...'"; read the raw body.
+        return str(core_v1.read_namespaced_pod_log("talker", namespace, _preload_content=False, **options).data.decode())
+
+    assert logs() == "line-1\nline-2\nline-3\n"
+    assert logs(tail_lines=1) == "line-3\n"

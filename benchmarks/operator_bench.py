@@ -1,0 +1,193 @@
+"""Operator benchmark: upgrade downtime and failure reaction time, each next to the cold start of the same driver.
+
+Run: `python benchmarks/operator_bench.py [--rounds 2] [--report docs/benchmarks/operator.md]`
+(with the editable install; starts its own test bed and operator, takes minutes).
+
+- cold start: driver pod created -> first batch committed (first `commits/N` object in S3);
+- upgrade downtime (savepoint mode): last batch committed by the old driver -> first batch
+  committed by the new one (commit objects' S3 timestamps, both checkpoint locations);
+- failure reaction: the driver's process killed (SIGKILL) -> replacement pod created
+  (seen by a watch), and -> first batch of the replacement.
+Ratios are against the cold start measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, watch
+
+import job_runtime
+from testbed import TestBed
+
+IMAGE = "ghcr.io/streamjob/streamjob-runtime:0.1.0"
+DRIVER_SCRIPT = str(Path(job_runtime.__file__).resolve().parent / "driver.py")
+REPO = Path(job_runtime.__file__).resolve().parents[1]
+NS = "bench"
+
+
+def commit_times(s3: Any, location: str) -> list[tuple[int, float]]:
+    bucket, _, key = location.split("://", 1)[1].partition("/")
+    out = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{key}/commits/"):
+        for o in page.get("Contents", []):
+            name = o["Key"].rsplit("/", 1)[-1]
+            if name.isdigit():
+                out.append((int(name), o["LastModified"].timestamp()))
+    return sorted(out)
+
+
+def wait(probe: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise TimeoutError(what)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--report", type=Path, default=REPO / "docs" / "benchmarks" / "operator.md")
+    args = parser.parse_args()
+
+    with TestBed() as bed:
+        assert bed.s3 is not None
+        api = bed.api_client()
+        core, custom, ext = client.CoreV1Api(api), client.CustomObjectsApi(api), client.ApiextensionsV1Api(api)
+        s3 = bed.s3_client()
+        import yaml
+
+        for path in (REPO / "crds").glob("*.yaml"):
+            ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+        time.sleep(2)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+        wait(lambda: core.read_namespaced_service_account("default", NS), 30, "default SA")
+        core.create_namespaced_secret(NS, client.V1Secret(metadata=client.V1ObjectMeta(name="s3"), string_data={
+            "AWS_ACCESS_KEY_ID": bed.s3.access_key, "AWS_SECRET_ACCESS_KEY": bed.s3.secret_key}))
+        env = {**os.environ, "KUBECONFIG": str(bed.kubeconfig)}
+        env.pop("PYTHONPATH", None)
+        log = open(bed.run_dir / "operator.log", "ab")
+        operator = subprocess.Popen([str(Path(sys.executable).with_name("streamjob-operator")), "--driver-script", DRIVER_SCRIPT,
+                                     "--lease-namespace", "default"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        try:
+            results = run(bed, core, custom, s3, args.rounds)
+        finally:
+            os.killpg(operator.pid, signal.SIGTERM)
+            operator.wait(30)
+    write_report(args.report, results)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+def status(custom: client.CustomObjectsApi, name: str) -> dict[str, Any]:
+    return dict(custom.get_namespaced_custom_object("streamjob.io", "v1alpha1", NS, "streamjobs", name).get("status") or {})
+
+
+def pod_created(core: client.CoreV1Api, pod: str) -> float:
+    return float(core.read_namespaced_pod(pod, NS).metadata.creation_timestamp.timestamp())
+
+
+def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s3: Any, rounds: int) -> dict[str, Any]:
+    assert bed.s3 is not None
+    spec = {
+        "image": IMAGE, "statePartitions": 2,
+        "checkpoint": {"location": "s3a://streamjob/bench/checkpoint", "triggerInterval": "1 second"},
+        "savepoint": {"location": "s3://streamjob/bench-savepoints"},
+        "s3": {"endpoint": bed.s3.endpoint, "pathStyleAccess": True, "credentialsSecret": {"name": "s3"}},
+        "driver": {"memory": "512m"}, "executor": {"instances": 0},
+        "restartPolicy": {"type": "FixedDelay", "delaySeconds": 0, "maxRestarts": 100},
+        "job": {"pipeline": {"sources": [{"name": "t", "kind": "rate", "options": {"rowsPerSecond": "10"}}],
+                             "transforms": [{"name": "o", "sql": "SELECT value FROM t"}],
+                             "sink": {"kind": "files", "format": "json", "path": "s3a://streamjob/bench/output"}}},
+    }
+    custom.create_namespaced_custom_object("streamjob.io", "v1alpha1", NS, "streamjobs",
+                                           {"apiVersion": "streamjob.io/v1alpha1", "kind": "StreamJob",
+                                            "metadata": {"name": "b"}, "spec": spec})
+
+    def first_commit_after(location: str, after: float) -> float:
+        found = wait(lambda: [t for _, t in commit_times(s3, location) if t >= after - 1], 600, f"a commit in {location}")
+        return float(min(found))
+
+    st = wait(lambda: (s := status(custom, "b")).get("checkpointLocation") and s.get("driverPod") and s, 60, "deploy")
+    created = pod_created(core, st["driverPod"])
+    cold = first_commit_after(st["checkpointLocation"], created) - created
+    result: dict[str, Any] = {"cold_start_s": [cold], "upgrade_downtime_s": [], "failure_reaction_s": [], "failure_recovery_s": []}
+
+    for i in range(rounds):
+        wait(lambda: status(custom, "b").get("ready"), 600, "ready")
+        time.sleep(5)
+        old = status(custom, "b")
+        custom.patch_namespaced_custom_object("streamjob.io", "v1alpha1", NS, "streamjobs", "b",
+                                              {"spec": {"image": IMAGE.replace("0.1.0", f"0.1.{i + 1}")}})
+        new = wait(lambda: (s := status(custom, "b")).get("driverPod") != old["driverPod"] and s.get("ready")
+                   and s.get("operation") is None and s, 600, "upgrade")
+        last_old = max(t for _, t in commit_times(s3, old["checkpointLocation"]))
+        first_new = first_commit_after(new["checkpointLocation"], pod_created(core, new["driverPod"]))
+        result["upgrade_downtime_s"].append(first_new - last_old)
+        fresh = first_commit_after(new["checkpointLocation"], pod_created(core, new["driverPod"])) - pod_created(core, new["driverPod"])
+        result["cold_start_s"].append(fresh)  # a restored start, for reference in the same run
+
+        time.sleep(5)
+        victim = status(custom, "b")["driverPod"]
+        pid = int((bed.pod_log_dir(NS, victim) / "pid").read_text().strip())
+        w = watch.Watch()
+        killed = time.time()
+        os.killpg(pid, signal.SIGKILL)
+        replaced = None
+        for ev in w.stream(core.list_namespaced_pod, NS, label_selector="streamjob.io/role=driver", timeout_seconds=120):
+            if ev["type"] == "ADDED" and ev["object"].metadata.name != victim and ev["object"].metadata.creation_timestamp.timestamp() >= killed - 1:
+                replaced = time.time()
+                w.stop()
+        assert replaced is not None, "no replacement driver"
+        result["failure_reaction_s"].append(replaced - killed)
+        after = wait(lambda: (s := status(custom, "b")).get("driverPod") != victim and s.get("checkpointLocation") and s, 60, "replaced")
+        result["failure_recovery_s"].append(first_commit_after(after["checkpointLocation"], replaced) - killed)
+    result["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    result["cpu_count"] = os.cpu_count()
+    return result
+
+
+def write_report(path: Path, r: dict[str, Any]) -> None:
+    cold = statistics.median(r["cold_start_s"])
+    up = statistics.median(r["upgrade_downtime_s"])
+    react = statistics.median(r["failure_reaction_s"])
+    recover = statistics.median(r["failure_recovery_s"])
+    text = f"""# Operator benchmark
+
+Produced by `python benchmarks/operator_bench.py` ({r['measured_at']}, {r['cpu_count']} CPUs shared with other
+work; one driver in Spark local mode, rate source at 10 rows/s, 1 s trigger, checkpoint and savepoints on the
+test bed's S3 server). Times are medians; raw values below.
+
+| measure | seconds | ratio to cold start |
+| --- | ---: | ---: |
+| cold start of the driver (pod created -> first batch committed) | {cold:.1f} | 1.00 |
+| upgrade downtime, savepoint mode (last batch of old driver -> first batch of new) | {up:.1f} | {up / cold:.2f} |
+| failure reaction (driver killed -> replacement pod created) | {react:.2f} | {react / cold:.3f} |
+| failure recovery (driver killed -> first batch of the replacement) | {recover:.1f} | {recover / cold:.2f} |
+
+Raw: `{json.dumps({k: [round(x, 2) for x in v] if isinstance(v, list) else v for k, v in r.items()})}`
+
+Reading: the upgrade downtime is the stop-with-savepoint, the copy of the checkpoint to the savepoint, the
+old pod's deletion and a cold start of the new driver that restores the savepoint; the cold start dominates.
+The failure reaction is the pod watch plus one reconcile pass (restartPolicy delaySeconds 0).
+"""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,339 @@
+"""End-to-end helpers and fixtures (re-exported by conftest.py): the StreamJob CRD on the test bed, the operator as a real subprocess, helpers to watch jobs.
+
+Used by tests/e2e/test_*.py. The operator runs as `streamjob-operator` against
+the test bed's admin kubeconfig; drivers run the real job runtime under
+spark-submit (job_runtime/driver.py) in the process kubelet.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+import job_runtime
+from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL
+from testbed import TestBed
+from testbed.proc import ManagedProcess
+from testbed.waiting import wait_for
+
+REPO = Path(job_runtime.__file__).resolve().parents[1]
+DRIVER_SCRIPT = str(Path(job_runtime.__file__).resolve().parent / "driver.py")
+IMAGE = "ghcr.io/streamjob/streamjob-runtime:0.1.0"
+START_TIMEOUT = 420.0  # a Spark driver start on a loaded 2-core machine
+
+
+@pytest.fixture(scope="session")
+def crd(kube_api: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(kube_api)
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        try:
+            ext.create_custom_resource_definition(body)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    wait_for(lambda: _established(ext), 30, "the StreamJob CRD to be established")
+
+
+def _established(ext: client.ApiextensionsV1Api) -> bool:
+    crd = ext.read_custom_resource_definition(f"{PLURAL}.{API_GROUP}")
+    return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+
+class Operator:
+    """`streamjob-operator` as a subprocess; kill() is SIGKILL, like a crashed pod."""
+
+    def __init__(self, testbed: TestBed, log_path: Path, lease: str) -> None:
+        self.testbed = testbed
+        self.log_path = log_path
+        self.lease = lease
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(self.testbed.kubeconfig)
+        env.pop("PYTHONPATH", None)
+        exe = Path(sys.executable).with_name("streamjob-operator")
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                [str(exe), "--driver-script", DRIVER_SCRIPT, "--lease-namespace", "default", "--lease-name", self.lease,
+                 "--lease-seconds", "6", "-v"],
+                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            )
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def operator(testbed: TestBed, crd: None, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Operator]:
+    op = Operator(testbed, tmp_path / "operator.log", lease=f"streamjob-e2e-{uuid.uuid4().hex[:6]}")
+    op.start()
+    yield op
+    op.stop()
+    if request.session.testsfailed:
+        print(f"--- operator log {op.log_path} (tail) ---\n{op.log()[-6000:]}")
+
+
+@pytest.fixture
+def s3_secret(core_v1: client.CoreV1Api, namespace: str, testbed: TestBed) -> str:
+    assert testbed.s3 is not None
+    core_v1.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="s3"),
+        string_data={"AWS_ACCESS_KEY_ID": testbed.s3.access_key, "AWS_SECRET_ACCESS_KEY": testbed.s3.secret_key},
+    ))
+    return "s3"
+
+
+def rate_job(name: str, testbed: TestBed, *, prefix: str, storage: str = "s3", **spec: Any) -> dict[str, Any]:
+    """A rate source (values 0, 1, 2, ... in order) copied to json files: exactly-once means each value once."""
+    assert testbed.s3 is not None
+    if storage == "s3":
+        checkpoint, output = f"s3a://streamjob/{prefix}/checkpoint", f"s3a://streamjob/{prefix}/output"
+    else:
+        checkpoint, output = f"file://{prefix}/checkpoint", f"file://{prefix}/output"
+    body: dict[str, Any] = {
+        "image": IMAGE,
+        "statePartitions": 2,
+        "checkpoint": {"location": checkpoint, "triggerInterval": "2 seconds"},
+        "savepoint": {"location": f"s3://streamjob/{prefix.strip('/').replace('/', '-')}-savepoints", "timeoutSeconds": 120},
+        "s3": {"endpoint": testbed.s3.endpoint, "pathStyleAccess": True, "credentialsSecret": {"name": "s3"}},
+        "driver": {"memory": "512m"},
+        "executor": {"instances": 0, "memory": "512m"},
+        "restartPolicy": {"type": "ExponentialBackoff", "delaySeconds": 1, "maxDelaySeconds": 5, "maxRestarts": 5},
+        "rollback": {"readinessTimeoutSeconds": 300},
+        "job": {
+            "pipeline": {
+                "sources": [{"name": "ticks", "kind": "rate", "options": {"rowsPerSecond": "5"}}],
+                "transforms": [{"name": "out", "sql": "SELECT value, timestamp FROM ticks"}],
+                "sink": {"kind": "files", "format": "json", "path": output},
+            }
+        },
+    }
+    for key, value in spec.items():
+        if isinstance(value, dict) and isinstance(body.get(key), dict):
+            body[key] = {**body[key], **value}
+        else:
+            body[key] = value
+    return {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "StreamJob", "metadata": {"name": name}, "spec": body}
+
+
+class Jobs:
+    """Reads and changes StreamJobs of one namespace."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        self.custom.create_namespaced_custom_object(API_GROUP, API_VERSION, self.namespace, PLURAL, manifest)
+
+    def patch(self, name: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(API_GROUP, API_VERSION, self.namespace, PLURAL, name, {"spec": spec})
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, self.namespace, PLURAL, name)
+
+    def get(self, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, self.namespace, PLURAL, name)
+        return obj
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(self.get(name).get("status") or {})
+
+    def wait(self, name: str, what: str, probe: Callable[[dict[str, Any]], bool], timeout: float = START_TIMEOUT) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            st = self.status(name)
+            return st if probe(st) else None
+
+        try:
+            return wait_for(check, timeout, f"{self.namespace}/{name}: {what}", interval=0.5)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\nstatus: {json.dumps(self.status(name), indent=1)[-3000:]}\n"
+                                 f"events: {self.events(name)}") from None
+
+    def wait_ready(self, name: str, timeout: float = START_TIMEOUT, **fields: Any) -> dict[str, Any]:
+        return self.wait(name, f"Running and ready {fields}", lambda st: st.get("state") == "Running" and st.get("ready") is True
+                         and st.get("operation") is None and all(st.get(k) == v for k, v in fields.items()), timeout)
+
+    def events(self, name: str) -> list[tuple[str, str]]:
+        items = self.core.list_namespaced_event(self.namespace, field_selector=f"involvedObject.name={name}").items
+        items.sort(key=lambda e: (e.first_timestamp or e.event_time or 0, e.metadata.name))
+        return [(e.reason, e.message) for e in items if e.source and e.source.component == "streamjob-operator"]
+
+    def reasons(self, name: str) -> list[str]:
+        return [r for r, _ in self.events(name)]
+
+    def condition(self, name: str, type_: str) -> dict[str, Any]:
+        return next(c for c in self.status(name).get("conditions", []) if c["type"] == type_)
+
+    def driver_pods(self, name: str) -> list[client.V1Pod]:
+        return list(self.core.list_namespaced_pod(self.namespace, label_selector=f"streamjob.io/job={name},streamjob.io/role=driver").items)
+
+
+@pytest.fixture
+def jobs(kube_api: client.ApiClient, namespace: str) -> Jobs:
+    return Jobs(kube_api, namespace)
+
+
+class DriverCounter:
+    """Watches driver pods and remembers the most that ever existed at once (the claim: never two)."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.alive: set[str] = set()
+        self.max_seen = 0
+        self.history: list[tuple[str, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            w = watch.Watch()
+            try:
+                for ev in w.stream(self.core.list_namespaced_pod, self.namespace, label_selector="streamjob.io/role=driver",
+                                   timeout_seconds=5):
+                    name = ev["object"].metadata.name
+                    if ev["type"] == "DELETED":
+                        self.alive.discard(name)
+                    else:
+                        self.alive.add(name)
+                    self.history.append((ev["type"], name))
+                    self.max_seen = max(self.max_seen, len(self.alive))
+                    if self._stop.is_set():
+                        break
+            except Exception:
+                time.sleep(0.5)
+
+    def __enter__(self) -> DriverCounter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def drivers(kube_api: client.ApiClient, namespace: str) -> Iterator[DriverCounter]:
+    with DriverCounter(kube_api, namespace) as counter:
+        yield counter
+    assert counter.max_seen <= 1, f"two driver pods existed at once: {counter.history}"
+
+
+def kill_driver_process(testbed: TestBed, namespace: str, pod: str) -> None:
+    """SIGKILL the driver's process group, as an OOM kill would (the pod then fails with 137)."""
+    pid = int((testbed.pod_log_dir(namespace, pod) / "pid").read_text().strip())
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        os.kill(pid, signal.SIGKILL)
+
+
+def output_values(s3: Any, prefix: str) -> list[int]:
+    """Values committed by Spark's file sink under s3://streamjob/<prefix>/output, read through its _spark_metadata log."""
+    meta_prefix = f"{prefix}/output/_spark_metadata/"
+    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket="streamjob", Prefix=meta_prefix)
+            for o in page.get("Contents", [])]
+    files: set[str] = set()
+    for key in sorted(keys):
+        if key.rsplit("/", 1)[-1].startswith("."):
+            continue
+        body = s3.get_object(Bucket="streamjob", Key=key)["Body"].read().decode()
+        for line in body.splitlines()[1:]:
+            entry = json.loads(line)
+            if entry.get("action", "add") == "add":
+                files.add(entry["path"])
+    values: list[int] = []
+    for path in files:
+        key = path.split("streamjob/", 1)[1]
+        for line in s3.get_object(Bucket="streamjob", Key=key)["Body"].read().decode().splitlines():
+            if line.strip():
+                values.append(int(json.loads(line)["value"]))
+    return values
+
+
+def file_output_values(prefix: str) -> list[int]:
+    root = Path(prefix) / "output"
+    files: set[str] = set()
+    for meta in sorted((root / "_spark_metadata").glob("[0-9]*")):
+        for line in meta.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            if entry.get("action", "add") == "add":
+                files.add(entry["path"])
+    values: list[int] = []
+    for path in files:
+        for line in Path(path.removeprefix("file:")).read_text().splitlines():
+            if line.strip():
+                values.append(int(json.loads(line)["value"]))
+    return values
+
+
+def assert_exactly_once(values: list[int]) -> None:
+    assert values, "no output"
+    dupes = len(values) - len(set(values))
+    missing = sorted(set(range(max(values) + 1)) - set(values))
+    assert dupes == 0 and not missing, f"{dupes} duplicates; missing {missing[:20]} (of {len(missing)}); max {max(values)}"
+
+
+def savepoint_manifest(s3: Any, uri: str) -> dict[str, Any] | None:
+    bucket, _, key = uri.split("://", 1)[1].partition("/")
+    try:
+        data: dict[str, Any] = json.loads(s3.get_object(Bucket=bucket, Key=f"{key}/_savepoint.json")["Body"].read())
+        return data
+    except s3.exceptions.NoSuchKey:
+        return None
+
+
+class S3Switch:
+    """Stops the test bed's S3 server and starts it again on the same port and data (its process is ours)."""
+
+    def __init__(self, testbed: TestBed) -> None:
+        self.testbed = testbed
+
+    def _proc(self) -> ManagedProcess:
+        return next(p for p in self.testbed._processes if p.name == "versitygw")
+
+    def stop(self) -> None:
+        self._proc().stop()
+
+    def start(self) -> None:
+        old = self._proc()
+        new = ManagedProcess("versitygw", old.argv, old.log_path)
+        self.testbed._processes[self.testbed._processes.index(old)] = new
+        s3 = self.testbed.s3_client()
+        new.wait_ready(lambda: isinstance(s3.list_buckets().get("Buckets"), list), 60, "serving S3 again")
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()

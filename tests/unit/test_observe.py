@@ -1,0 +1,60 @@
+"""The pure parts of observe: pod status -> DriverPod, runtime status -> JobProgress."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streamjob_operator.reconcile.model import ExitKind, PodPhase
+from streamjob_operator.reconcile.observe import driver_pod, job_progress, termination_message
+
+
+def pod(phase: str, terminated: dict | None = None, deleting: bool = False) -> dict:
+    state = {"terminated": terminated} if terminated else {"running": {}}
+    meta = {"name": "wc-driver-2", "labels": {"streamjob.io/driver-epoch": "2"}}
+    if deleting:
+        meta["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase, "containerStatuses": [{"name": "driver", "state": state}]}}
+
+
+@pytest.mark.parametrize(
+    ("body", "phase", "kind", "message"),
+    [
+        pytest.param(pod("Running"), PodPhase.running, None, "", id="a running driver has no exit"),
+        pytest.param(pod("Failed", {"exitCode": 10, "message": json.dumps({"message": "savepoint s3://x written"})}),
+                     PodPhase.failed, ExitKind.stopped_for_savepoint, "savepoint s3://x written",
+                     id="exit 10 is a stop for a savepoint, with the runtime's JSON message"),
+        pytest.param(pod("Failed", {"exitCode": 11}), PodPhase.failed, ExitKind.stopped, "", id="exit 11 is a requested stop"),
+        pytest.param(pod("Failed", {"exitCode": 12, "message": "{\"message\": \"job.pipeline: bad\"}"}), PodPhase.failed,
+                     ExitKind.invalid_job, "job.pipeline: bad", id="exit 12 is an invalid job"),
+        pytest.param(pod("Failed", {"exitCode": 1, "message": "Exception in thread main: java.lang.OutOfMemoryError\n\tat x.y(z)"}),
+                     PodPhase.failed, ExitKind.failed, "Exception in thread main: java.lang.OutOfMemoryError",
+                     id="a JVM stack trace is reduced to its headline"),
+        pytest.param(pod("Running", {"exitCode": 0}), PodPhase.succeeded, ExitKind.ended, "",
+                     id="a terminated container counts even before the pod phase catches up"),
+    ],
+)
+def test_driver_pod(body: dict, phase: PodPhase, kind: ExitKind | None, message: str) -> None:
+    d = driver_pod(body)
+    assert (d.phase, d.exit_kind, d.message, d.epoch) == (phase, kind, message, 2)
+
+
+def test_a_killed_driver_says_it_was_killed() -> None:
+    d = driver_pod(pod("Failed", {"exitCode": 137, "reason": "Error", "message": "INFO all fine"}))
+    assert d.exit_kind is ExitKind.failed and d.message.startswith("killed by signal 9")
+
+
+def test_deleting_pods_are_not_alive() -> None:
+    assert not driver_pod(pod("Running", deleting=True)).alive
+
+
+def test_readiness_needs_a_batch_in_this_run() -> None:
+    assert not job_progress({"state": "RUNNING", "lastBatchId": None}).ready
+    assert job_progress({"state": "RUNNING", "lastBatchId": 0, "latestCompletedBatch": 7}).ready
+    assert not job_progress({"state": "SAVEPOINTING", "lastBatchId": 3}).ready
+    assert not job_progress({"state": "RUNNING", "lastBatchId": 3, "lastError": "boom"}).ready
+
+
+def test_a_plain_log_tail_keeps_its_last_lines() -> None:
+    assert termination_message("a\nb\nc\nd\ne\nf\ng") == "c\nd\ne\nf\ng"
