@@ -89,6 +89,32 @@ def apply_manifests(bed: TestBed, paths: list[str]) -> None:
             )
 
 
+# The examples name this S3 endpoint (127.0.0.1:9000), so `up` prefers it.
+DEV_S3_PORT = 9000
+OPERATOR_NAMESPACE = "streamjob-system"
+
+
+def install_operator(bed: TestBed) -> None:
+    """Installs the operator with its Helm chart: the kubelet runs it as a pod,
+    under the chart's service account, exactly as on a cluster."""
+    helm = str(locate.bin_dir() / "helm")
+    chart = locate.repo_root() / "charts" / "streamjob"
+    result = subprocess.run(
+        [helm, f"--kubeconfig={bed.kubeconfig}", "upgrade", "--install", "streamjob", str(chart),
+         "--namespace", OPERATOR_NAMESPACE, "--create-namespace", "--set", "driverServiceAccount.create=false",
+         "--wait", "--timeout", "180s"],
+        capture_output=True, text=True, timeout=240,
+    )
+    if result.returncode != 0:
+        raise TestBedError(f"helm install of the operator failed: {result.stderr.strip()}")
+    kubectl = str(locate.bin_dir() / "kubectl")
+    subprocess.run(
+        [kubectl, f"--kubeconfig={bed.kubeconfig}", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
+        capture_output=True, text=True, timeout=90, check=False,
+    )
+    log.info("installed operator namespace=%s chart=%s", OPERATOR_NAMESPACE, chart)
+
+
 def run_foreground(args: argparse.Namespace) -> int:
     """Runs the test bed in this process until SIGINT/SIGTERM."""
     root = state_dir()
@@ -103,15 +129,19 @@ def run_foreground(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    bed = TestBed(run_dir)
+    bed = TestBed(run_dir, s3_port=DEV_S3_PORT)
     try:
         bed.start()
         kubeconfig = root / "kubeconfig"
         shutil.copyfile(bed.kubeconfig, kubeconfig)
         env_lines = _env_lines(bed, kubeconfig)
         (root / "env").write_text("\n".join(env_lines) + "\n")
+        if bed.s3 and not bed.s3.endpoint.endswith(f":{DEV_S3_PORT}"):
+            print(f"streamjob-testbed: port {DEV_S3_PORT} was taken; S3 is at {bed.s3.endpoint}: "
+                  "edit spec.s3.endpoint in the examples to match", file=sys.stderr)
+        if args.operator:
+            install_operator(bed)
         apply_manifests(bed, args.apply or [])
-        # Later: the operator joins here when `up` grows "run the operator".
         ready_file.write_text(json.dumps(bed.info(), indent=2))
         print(f"export KUBECONFIG={kubeconfig}", flush=True)
         print(f"# S3, kubectl and jars: source {root / 'env'}; logs: {bed.log_dir}", flush=True)
@@ -145,6 +175,8 @@ def run_background(args: argparse.Namespace, timeout: float = 300.0) -> int:
         (shim / "testbed").symlink_to(Path(__file__).resolve().parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     argv = [sys.executable, "-m", "testbed.cli", "up", "--foreground"]
+    if args.operator:
+        argv.append("--operator")
     for path in args.apply or []:
         argv += ["--apply", str(Path(path).resolve())]
     log_path = root / "up.log"
@@ -199,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start the test bed (in the background unless --foreground)")
     up.add_argument("--apply", action="append", metavar="FILE_OR_DIR", help="kubectl apply -f this once up (repeatable, in order)")
     up.add_argument("--foreground", action="store_true", help="stay in the foreground until Ctrl-C / SIGTERM")
+    up.add_argument("--operator", action="store_true",
+                    help="install the operator with its Helm chart (CRDs included) before applying manifests")
     up.add_argument("manifests", nargs="*", help="more manifests to apply, after --apply ones (lets a shell glob follow --apply)")
     sub.add_parser("down", help="stop a test bed started with up")
     sub.add_parser("status", help="print the running test bed's endpoints")

@@ -53,7 +53,9 @@ class TestBed:
         *,
         buckets: tuple[str, ...] = DEFAULT_BUCKETS,
         node_name: str = NODE_NAME,
+        s3_port: int | None = None,
     ) -> None:
+        self.s3_port = s3_port
         self.run_dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="streamjob-testbed-"))
         self.buckets = buckets
         self.node_name = node_name
@@ -131,7 +133,8 @@ class TestBed:
         with self.api_client() as api:
             rbac.install(api, self.node_name)
 
-        s3 = start_s3(bins / "versitygw", data_dir=self.run_dir / "s3", log_path=self.log_dir / "s3.log", buckets=self.buckets)
+        s3 = start_s3(bins / "versitygw", data_dir=self.run_dir / "s3", log_path=self.log_dir / "s3.log", buckets=self.buckets,
+                      preferred_port=self.s3_port)
         self._processes.append(s3.process)
         self.s3 = s3.credentials
 

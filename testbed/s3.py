@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.proc import ManagedProcess, free_port, start_with_port_retry
+from testbed.proc import ManagedProcess, free_port, port_is_free, start_with_port_retry
 
 REGION = "us-east-1"
 
@@ -53,12 +53,15 @@ def start_s3(
     access_key: str = "streamjob-testbed",
     secret_key: str = "streamjob-testbed-secret",
     timeout: float = 60.0,
+    preferred_port: int | None = None,
 ) -> S3Server:
+    """Starts versitygw; on `preferred_port` when it is free (the dev command's
+    examples name 127.0.0.1:9000), otherwise on a free port."""
     data_dir.mkdir(parents=True, exist_ok=True)
     chosen: dict[str, int] = {}
 
     def start() -> ManagedProcess:
-        port = free_port()
+        port = preferred_port if preferred_port and "port" not in chosen and port_is_free(preferred_port) else free_port()
         chosen["port"] = port
         return ManagedProcess(
             "versitygw",

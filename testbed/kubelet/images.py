@@ -26,6 +26,8 @@ from pathlib import Path
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RUNTIME_REPOSITORY_SUFFIX = "streamjob-runtime"
 SPARK_IMAGE_HOME = "/opt/spark"
+# Where the Dockerfile puts the StreamJob runtime's files in the image.
+STREAMJOB_IMAGE_HOME = "/opt/streamjob"
 
 
 class ImageNotFound(Exception):
@@ -75,7 +77,7 @@ class Image:
         if self.spark is not None:
             if argv[0] == "/opt/entrypoint.sh":
                 argv = spark_entrypoint(argv[1:], env, self.spark)
-            argv = [map_spark_path(argv[0], self.spark)] + argv[1:]
+            argv = [map_spark_path(argv[0], self.spark)] + [map_streamjob_path(a) for a in argv[1:]]
         return argv
 
 
@@ -87,6 +89,27 @@ def map_spark_path(path: str, spark: Environment) -> str:
         if candidate.exists():
             return str(candidate)
     return path
+
+
+def map_streamjob_path(arg: str) -> str:
+    """/opt/streamjob/X (also as local:///opt/streamjob/X) → the installed job_runtime's X.
+
+    The Dockerfile links /opt/streamjob/driver.py to the installed package's
+    driver.py; here the installed package is this venv's.
+    """
+    prefix = ""
+    path = arg
+    if arg.startswith("local://"):
+        prefix, path = "local://", arg[len("local://"):]
+    if not path.startswith(STREAMJOB_IMAGE_HOME + "/"):
+        return arg
+    import importlib.util
+
+    spec = importlib.util.find_spec("job_runtime")
+    if spec is None or spec.origin is None:
+        return arg
+    package_dir = Path(spec.origin).parent
+    return prefix + str(package_dir / path[len(STREAMJOB_IMAGE_HOME) + 1:])
 
 
 def _java(env: Mapping[str, str], spark: Environment) -> str:
