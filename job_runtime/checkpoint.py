@@ -156,6 +156,43 @@ def select_snapshot(files: Iterable[StoredFile], batch_id: int) -> list[StoredFi
     return chosen
 
 
+def sst_files_of_snapshot(zip_bytes: bytes) -> set[str] | None:
+    """Names of the SSTs/ files a RocksDB snapshot zip (``<version>.zip``) uses.
+
+    The zip's ``metadata`` entry is ``v1`` then JSON with ``sstFiles[].dfsSstFileName``.
+    Returns None when the zip cannot be read that way (then keep every SST).
+    """
+    import io
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(zip_bytes)) as archive:
+            text = archive.read("metadata").decode("utf-8")
+        body = json.loads(text.split("\n", 1)[1] if text.startswith("v") else text)
+        return {entry["dfsSstFileName"] for entry in body.get("sstFiles", [])}
+    except (KeyError, ValueError, IndexError, zipfile.BadZipFile, TypeError):
+        return None
+
+
+def drop_unreferenced_ssts(files: list[StoredFile], referenced: dict[str, set[str] | None]) -> list[StoredFile]:
+    """Keeps only SST files that a chosen snapshot zip of their partition names.
+
+    ``referenced`` maps a partition directory (``state/<op>/<partition>``) to the
+    SST names its chosen zips use, or None when unknown (keep all). An SST not
+    referenced belongs to a newer version still being written by a running
+    query, and may be incomplete: leaving it out keeps the snapshot consistent.
+    """
+    kept = []
+    for f in files:
+        head, _, name = f.path.rpartition("/SSTs/")
+        if head and name.endswith(".sst"):
+            names = referenced.get(head)
+            if names is not None and name not in names:
+                continue
+        kept.append(f)
+    return kept
+
+
 def state_operators(paths: Iterable[str]) -> list[int]:
     """Stateful operator ids that have a ``state/<op>/`` directory."""
     ops = set()

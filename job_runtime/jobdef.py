@@ -94,6 +94,15 @@ class Source(Model):
     )
     event_time: EventTime | None = Field(default=None, alias="eventTime", description="Event-time column and watermark of this source.")
 
+    @model_validator(mode="after")
+    def _kind_needs(self) -> "Source":
+        # The same rules as the CEL above, for files that never pass through the API server.
+        if self.kind == SourceKind.files and (self.path is None or self.format is None or self.schema_ is None):
+            raise ValueError("a files source needs path, format and schema")
+        if self.kind == SourceKind.kafka and not {"subscribe", "subscribePattern", "assign"} & set(self.options):
+            raise ValueError("a kafka source needs options.subscribe, options.subscribePattern or options.assign")
+        return self
+
 
 class Transform(Model):
     name: str = Field(pattern=NAME_PATTERN, max_length=63, description="Name later transforms and the sink use for this result.")
@@ -124,6 +133,14 @@ class Sink(Model):
     path: str | None = Field(default=None, description="Output directory (file://, s3a://).")
     output_mode: OutputMode = Field(default=OutputMode.append, alias="outputMode", description="Spark output mode.")
     options: dict[str, str] = Field(default_factory=dict, description="Spark writer options.")
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> "Sink":
+        if self.kind != SinkKind.console and (self.path is None or self.format is None):
+            raise ValueError("files and foreachBatch sinks need path and format")
+        if self.format == FileFormat.csv:
+            raise ValueError("sinks write json or parquet")
+        return self
 
 
 class Pipeline(Model):

@@ -369,6 +369,25 @@ def _client_for(*locations: Location, s3_config: S3Config | None) -> tuple[S3Con
     return config, config.client() if needs else None
 
 
+def _without_inflight_ssts(src: Store, files: list[StoredFile]) -> list[StoredFile]:
+    """Drops RocksDB SST files no chosen snapshot zip uses (see checkpoint.drop_unreferenced_ssts)."""
+    referenced: dict[str, set[str] | None] = {}
+    for f in files:
+        head, _, name = f.path.rpartition("/")
+        if head.startswith("state/") and name.endswith(".zip") and name[:-4].split("_")[0].isdigit():
+            names = ckpt.sst_files_of_snapshot(src.read_bytes(f.path))
+            if names is None:
+                referenced[head] = None
+            elif referenced.get(head, set()) is not None:
+                referenced[head] = (referenced.get(head) or set()) | names
+    # a partition with SSTs but no chosen zip rebuilds its state from changelogs alone
+    for f in files:
+        head, sep, _ = f.path.rpartition("/SSTs/")
+        if sep and head.startswith("state/"):
+            referenced.setdefault(head, set())
+    return ckpt.drop_unreferenced_ssts(files, referenced)
+
+
 def write_savepoint(
     checkpoint_location: str,
     savepoint_uri: str,
@@ -407,6 +426,7 @@ def write_savepoint(
         files = ckpt.select_snapshot(listing, batch_id)
     except ckpt.CheckpointError as exc:
         raise CheckpointSourceError(checkpoint_location, str(exc)) from exc
+    files = _without_inflight_ssts(src, files)
 
     try:
         offsets = ckpt.parse_offset_log(

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import runtime_harness
 import runtime_reference as reference
 from runtime_harness import S3_BUCKET as BUCKET
 from runtime_harness import RuntimeProcess
 from runtime_inputs import FILES, SEED, Input, load_generator
 from testbed import locate
 from testbed.s3 import S3Server, start_s3
-
 
 
 @pytest.fixture(scope="session")
@@ -24,8 +25,31 @@ def events(tmp_path_factory: pytest.TempPathFactory) -> Input:
     return Input(directory, reference.from_generator(generated))
 
 
+@pytest.fixture(scope="session")
+def jvm_class_archive(events: Input, tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """A class-data-sharing archive of a real runtime run, so later runtime JVMs start faster.
+
+    Made by one short job over the first two files; if it cannot be made the
+    tests run without it (the JVM ignores a missing or unusable archive).
+    """
+    root = tmp_path_factory.mktemp("jvm-archive")
+    archive = root / "runtime.jsa"
+    inputs = root / "events"
+    inputs.mkdir()
+    for path in sorted(events.directory.glob("*.json"))[:2]:
+        (inputs / path.name).write_bytes(path.read_bytes())
+    job = runtime_harness.example_job("tumbling", inputs, root / "out", root / "job.json")
+    proc = RuntimeProcess(root, runtime_harness.run_args(job, (root / "ckpt").as_uri()), label="archive", dump_class_archive=archive)
+    proc.start()
+    code = proc.wait(600)
+    if code != 0 or not archive.exists():
+        return None
+    runtime_harness.class_archive = archive
+    return archive
+
+
 @pytest.fixture
-def processes() -> Iterator[list[RuntimeProcess]]:
+def processes(jvm_class_archive: Path | None) -> Iterator[list[RuntimeProcess]]:
     """Collects the test's runtime processes and kills any left running at the end."""
     started: list[RuntimeProcess] = []
     yield started

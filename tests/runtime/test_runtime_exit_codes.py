@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runtime_harness import RuntimeProcess, example_job, run_args, runtime_env
+from runtime_harness import REPO, RuntimeProcess, example_job, run_args, runtime_env
 
 from job_runtime.exitcodes import ExitCode
 
@@ -55,6 +55,22 @@ def test_invalid_job_and_arguments_exit_12_naming_the_field(tmp_path: Path) -> N
 
     assert run_quick(tmp_path, "validate", "--job", str(good)).returncode == 0
     assert run_quick(tmp_path, "validate", "--job", str(bad)).returncode == ExitCode.INVALID_JOB
+
+
+def test_exit_code_passes_through_spark_submit(tmp_path: Path) -> None:
+    # The driver pod may run `spark-submit job_runtime/driver.py run ...`: the contract must survive it.
+    import pyspark
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"pipeline": {"sources": [{"name": "x", "kind": "rate"}], "sink": {"kind": "files"}}}))
+    result = subprocess.run(
+        [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+         str(REPO / "job_runtime" / "driver.py"), "run", "--job", str(bad), "--name", "j", "--namespace", "n",
+         "--checkpoint", (tmp_path / "c").as_uri(), "--state-partitions", "1", "--token-file", str(bad)],
+        cwd=tmp_path, env=runtime_env({"PYSPARK_PYTHON": sys.executable}), capture_output=True, text=True, timeout=180,
+    )
+    assert result.returncode == ExitCode.INVALID_JOB, result.stderr[-3000:]
+    assert "files and foreachBatch sinks need path and format" in result.stderr
 
 
 def test_restore_refusals_exit_13(tmp_path: Path) -> None:

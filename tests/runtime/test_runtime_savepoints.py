@@ -23,7 +23,7 @@ from runtime_inputs import FILES, Input
 from job_runtime.exitcodes import ExitCode
 from job_runtime.savepoint import MANIFEST_NAME
 
-SLOW_TRIGGER = "3 seconds"  # slow enough that the stream is still going when the savepoint comes
+SLOW_TRIGGER = "1 second"  # at most one batch a second: the stream is still going when the savepoint comes
 
 
 def wait_savepoint(proc: RuntimeProcess, savepoint_id: str, timeout: float = 180) -> dict[str, object]:

@@ -1,9 +1,9 @@
 """Fixtures for the savepoint tests: the real S3 server alone, one local Spark session,
 and one real RocksDB checkpoint made once per session.
 
-Only versitygw is started (through ``testbed.s3.start_s3``), not the whole test bed:
-savepoints need S3, not Kubernetes. Spark runs in this process (local[2]); its
-session is configured for s3a against the same server when the s3a jars are present.
+S3 is the session test bed's server; Spark is the suite's one local session
+(``spark_local``), because a pytest process gets one JVM and the s3a endpoint
+is fixed when it starts.
 """
 
 from __future__ import annotations
@@ -15,21 +15,24 @@ from typing import Any
 import pytest
 
 from job_runtime.s3 import S3Config
-from testbed import locate
-from testbed.s3 import S3Server, start_s3
-from testbed.spark import s3a_conf
+from testbed.s3 import S3Server
 
 from savepoint_helpers import BUCKET, ROCKSDB, STATE_PARTITIONS, RealCheckpoint, run_to_end, write_input
 
 
 @pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    root = tmp_path_factory.mktemp("s3")
-    server = start_s3(
-        locate.bin_dir() / "versitygw", data_dir=root / "data", log_path=root / "versitygw.log", buckets=(BUCKET,)
-    )
-    yield server
-    server.process.stop()
+def s3_server(testbed: Any) -> S3Server:
+    """The session test bed's S3 server, with the savepoint tests' bucket.
+
+    Shared with the rest of the suite: one pytest process has one JVM, so the
+    Spark session (and its s3a endpoint) must be the same for every test.
+    """
+    assert testbed.s3 is not None
+    server = S3Server(process=None, credentials=testbed.s3)  # type: ignore[arg-type]
+    client = testbed.s3_client()
+    if BUCKET not in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
+        client.create_bucket(Bucket=BUCKET)
+    return server
 
 
 @pytest.fixture(scope="session")
@@ -52,27 +55,29 @@ def s3_prefix() -> str:
 
 
 @pytest.fixture(scope="session")
-def spark(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
+def spark(spark_local: Any, s3_server: S3Server) -> Iterator[Any]:
+    """The suite's one local SparkSession, with the SQL confs these tests need.
 
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("streamjob-savepoint-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", str(STATE_PARTITIONS))
-        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "2")
-        .config("spark.sql.streaming.stateStore.maintenanceInterval", "2s")
-        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-        .config("spark.driver.memory", "1g")
-    )
-    for key, value in s3a_conf(s3_server.credentials, locate.jars_dir()).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    These confs are settable on a running session; the JVM-level ones (the
+    s3a jars on the classpath, the endpoint) come from `spark_local`.
+    """
+    confs = {
+        "spark.sql.shuffle.partitions": str(STATE_PARTITIONS),
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
+        "spark.sql.streaming.stateStore.maintenanceInterval": "2s",
+    }
+    previous = {key: spark_local.conf.get(key, None) for key in confs}
+    for key, value in confs.items():
+        spark_local.conf.set(key, value)
+    spark_local.sparkContext.setLogLevel("ERROR")
+    yield spark_local
+    for key, value in previous.items():
+        if value is None:
+            spark_local.conf.unset(key)
+        else:
+            spark_local.conf.set(key, value)
 
 
 @pytest.fixture(scope="session")
