@@ -50,7 +50,12 @@ def commit_times(s3: Any, location: str) -> list[tuple[int, float]]:
 def wait(probe: Any, timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = probe()
+        try:
+            value = probe()
+        except client.ApiException as err:  # not there yet
+            if err.status != 404:
+                raise
+            value = None
         if value:
             return value
         time.sleep(0.25)
@@ -98,7 +103,9 @@ def status(custom: client.CustomObjectsApi, name: str) -> dict[str, Any]:
 
 
 def pod_created(core: client.CoreV1Api, pod: str) -> float:
-    return float(core.read_namespaced_pod(pod, NS).metadata.creation_timestamp.timestamp())
+    # status names the pod before it is created (the write-ahead log): wait for it
+    found = wait(lambda: core.read_namespaced_pod(pod, NS), 60, f"pod {pod}")
+    return float(found.metadata.creation_timestamp.timestamp())
 
 
 def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s3: Any, rounds: int) -> dict[str, Any]:

@@ -22,7 +22,8 @@ from job_runtime.jobdef import Sink, Source
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 
 class JobContextError(LookupError):

@@ -177,6 +177,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
         self._dispatch("POST")
 
+    def do_PUT(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch("DELETE")
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -203,7 +209,8 @@ class ControlServer:
     @property
     def address(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+        host = host.decode() if isinstance(host, bytes) else str(host)
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def start(self) -> None:
         self._thread.start()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
 NAME_PATTERN = r"^[a-z_][a-z0-9_]{0,62}$"
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
@@ -27,9 +27,9 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
-def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
+def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, JsonValue]:
     """One `x-kubernetes-validations` entry (a CEL rule checked by the API server)."""
-    entry = {"rule": rule, "message": message}
+    entry: dict[str, JsonValue] = {"rule": rule, "message": message}
     if field_path:
         # the API server wants a JSONPath-like ".field"; accept "field" too
         entry["fieldPath"] = field_path if field_path.startswith(".") else "." + field_path

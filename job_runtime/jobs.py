@@ -21,7 +21,7 @@ from job_runtime.settings import RuntimeSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger("job_runtime.jobs")
 
@@ -68,7 +68,8 @@ def query_name(settings: RuntimeSettings) -> str:
 
 def start_query(spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings) -> "StreamingQuery":
     """Build the job's query and start it with the runtime's checkpoint, trigger and name."""
-    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
     context = make_context(spark, job, settings)
     if job.pipeline is not None:

@@ -18,7 +18,7 @@ from job_runtime.jobdef import EventTime, FileFormat, JobDefinitionError, Pipeli
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import DataStreamWriter
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 log = logging.getLogger("job_runtime.pipeline")
 

@@ -43,7 +43,7 @@ from job_runtime.status import RunState, SavepointState, progress_fields
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger("job_runtime.runner")
 
@@ -495,7 +495,7 @@ def _describe(err: BaseException) -> str:
     text = str(err).strip()
     if hasattr(err, "getMessage"):
         try:
-            text = str(err.getMessage()).strip() or text  # type: ignore[union-attr]
+            text = str(err.getMessage()).strip() or text
         except Exception:
             pass
     lines = [line for line in text.splitlines() if line.strip()]

@@ -45,24 +45,31 @@ class Input:
         return reference.sessions(plan or self.plan(), gap_ms=3_000)
 
     def recorded_plan(self, checkpoint: Path) -> reference.Plan:
-        """The micro-batches and watermarks Spark wrote to the checkpoint's offset log.
+        """The micro-batches and watermarks Spark wrote to the checkpoint, batch by committed batch.
 
-        The files source's offset is the index of the last file read; with one
-        file per trigger, a batch whose offset moved on read exactly the next file.
+        A batch's files are the files source's log entries after the previous
+        batch's offset up to its own (usually one file; after a kill, a batch
+        can take two: the killed run had already logged the next file).
         """
-        plan: reference.Plan = []
-        last_file = -1
-        offsets = sorted((int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()))
-        committed = {int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()}
-        for batch in offsets:
-            if batch not in committed:
+        index = {f"events-{i:05d}.json": i for i in range(len(self.batches))}
+        logged: dict[int, list[int]] = {}
+        for entry in (checkpoint / "sources" / "0").iterdir():
+            if entry.name.startswith("."):
                 continue
+            for line in entry.read_text().splitlines()[1:]:
+                item = json.loads(line)
+                logged.setdefault(int(item["batchId"]), []).append(index[item["path"].rsplit("/", 1)[-1]])
+        committed = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+        plan: reference.Plan = []
+        last_offset = -1
+        files: list[int] = []
+        for batch in committed:
             lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
             watermark = int(json.loads(lines[1])["batchWatermarkMs"])
-            log_offset = int(json.loads(lines[2])["logOffset"])
-            assert log_offset in (last_file, last_file + 1), f"batch {batch} skipped files: offset {log_offset} after {last_file}"
-            rows = self.batches[log_offset] if log_offset == last_file + 1 else []
-            plan.append((rows, watermark))
-            last_file = log_offset
-        assert last_file == len(self.batches) - 1, f"the checkpoint read {last_file + 1} of {len(self.batches)} files"
+            offset = int(json.loads(lines[2])["logOffset"])
+            read = sorted({f for entry in range(last_offset + 1, offset + 1) for f in logged[entry]})
+            plan.append(([e for f in read for e in self.batches[f]], watermark))
+            files += read
+            last_offset = offset
+        assert files == list(range(len(self.batches))), f"files read in this order: {files}"
         return plan

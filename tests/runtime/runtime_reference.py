@@ -57,7 +57,7 @@ def _window_starts(ts: int, length: int, slide: int) -> list[int]:
     return starts
 
 
-Plan = list[tuple[Sequence[Ev], int]]  # per micro-batch: its rows, its (eviction) watermark
+Plan = list[tuple[list[Ev], int]]  # per micro-batch: its rows, its (eviction) watermark
 
 
 def uninterrupted_plan(batches: Sequence[Sequence[Ev]], delay_ms: int) -> Plan:
@@ -68,9 +68,9 @@ def uninterrupted_plan(batches: Sequence[Sequence[Ev]], delay_ms: int) -> Plan:
         for e in events:
             seen = e.ts_ms if seen is None else max(seen, e.ts_ms)
         marks.append(max(marks[-1], (seen - delay_ms) if seen is not None else 0))
-    plan: Plan = [(events, marks[i]) for i, events in enumerate(batches)]
+    plan: Plan = [(list(events), marks[i]) for i, events in enumerate(batches)]
     if marks[-1] > marks[-2]:
-        plan.append(((), marks[-1]))
+        plan.append(([], marks[-1]))
     return plan
 
 

@@ -70,7 +70,8 @@ def test_exit_code_passes_through_spark_submit(tmp_path: Path) -> None:
         cwd=tmp_path, env=runtime_env({"PYSPARK_PYTHON": sys.executable}), capture_output=True, text=True, timeout=180,
     )
     assert result.returncode == ExitCode.INVALID_JOB, result.stderr[-3000:]
-    assert "files and foreachBatch sinks need path and format" in result.stderr
+    # spark-submit forwards the Python driver's stderr to its stdout
+    assert "files and foreachBatch sinks need path and format" in result.stdout + result.stderr
 
 
 def test_restore_refusals_exit_13(tmp_path: Path) -> None:
