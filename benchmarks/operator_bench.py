@@ -191,6 +191,9 @@ Raw: `{json.dumps({k: [round(x, 2) for x in v] if isinstance(v, list) else v for
 Reading: the upgrade downtime is the stop-with-savepoint, the copy of the checkpoint to the savepoint, the
 old pod's deletion and a cold start of the new driver that restores the savepoint; the cold start dominates.
 The failure reaction is the pod watch plus one reconcile pass (restartPolicy delaySeconds 0).
+The cold-start median pools the first (fresh) start with the restored starts after each upgrade (raw
+`cold_start_s`, first value fresh). Failure recovery includes the re-run of the batch the kill interrupted;
+one run on a shared 2-CPU machine, so single numbers swing by several seconds.
 """
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
