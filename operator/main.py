@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each pass")
     parser.add_argument("--debug", action="store_true", help="log kopf's internals too")
+    parser.add_argument("--log-level", choices=["debug", "verbose", "info"], default=None,
+                        help="one flag for Helm values: debug = --debug, verbose = -v, info = neither")
     parser.add_argument("--no-leader-election", dest="leader_election", action="store_false",
                         help="do not take the leader Lease (a single replica, e.g. during development)")
     parser.add_argument("--lease-name", default="streamjob-operator", help="name of the leader Lease")
@@ -63,6 +65,10 @@ def configure_logging(verbose: bool, debug: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.log_level == "debug":
+        args.debug = True
+    elif args.log_level == "verbose":
+        args.verbose = True
     configure_logging(args.verbose, args.debug)
 
     from streamjob_operator import handlers  # registers the kopf handlers

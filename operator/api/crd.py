@@ -109,7 +109,7 @@ def _all_models(model: type) -> list[type]:
     from pydantic import BaseModel
 
     seen: list[type] = []
-    stack = [model]
+    stack: list[type[BaseModel]] = [model]
     while stack:
         m = stack.pop()
         for field in m.model_fields.values():

@@ -32,7 +32,6 @@ from testbed.proc import ManagedProcess
 from testbed.waiting import wait_for
 
 REPO = Path(job_runtime.__file__).resolve().parents[1]
-DRIVER_SCRIPT = str(Path(job_runtime.__file__).resolve().parent / "driver.py")
 IMAGE = "ghcr.io/streamjob/streamjob-runtime:0.1.0"
 START_TIMEOUT = 420.0  # a Spark driver start on a loaded 2-core machine
 
@@ -71,7 +70,8 @@ class Operator:
         exe = Path(sys.executable).with_name("streamjob-operator")
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                [str(exe), "--driver-script", DRIVER_SCRIPT, "--lease-namespace", "default", "--lease-name", self.lease,
+                # the driver script is the image's /opt/streamjob/driver.py (the default)
+                [str(exe), "--lease-namespace", "default", "--lease-name", self.lease,
                  "--lease-seconds", "6", "-v"],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )

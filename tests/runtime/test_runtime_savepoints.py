@@ -105,6 +105,10 @@ def test_savepoint_while_running_restores_consistently(events: Input, processes:
     batch = int(done["batchId"])  # type: ignore[arg-type]
     status = first.wait_for("progress past the savepoint", lambda s: (s["latestCompletedBatch"] or -1) > batch)
     assert status["state"] == "RUNNING" and status["queryStarts"] == 1
+    assert status["queryId"] and status["runId"] and status["lastBatchId"] is not None
+    assert status["watermark"].startswith("2024-01-01T") and status["stateRows"] > 0 and status["stateMemoryBytes"] > 0
+    assert status["batchDurationMs"] > 0 and status["inputRowsPerSecond"] is not None and status["lastError"] is None
+    assert status["lastSavepoint"]["id"] == accepted["id"]
     assert batch < FILES - 1, f"savepoint at batch {batch}: not in the middle of the stream"
 
     first.terminate()

@@ -15,19 +15,17 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 - apiGroups: [streamjob.io]
   resources: [streamjobs/status]
   verbs: [get, patch, update]
+# what drivers get (operator/k8s/resources.py DRIVER_ROLE_*): RBAC lets the
+# operator grant only what it holds itself
 - apiGroups: [""]
-  resources: [pods, services, configmaps, secrets, serviceaccounts]
-  verbs: [get, list, watch, create, delete, patch]
+  resources: [pods, services, configmaps, persistentvolumeclaims]
+  verbs: [get, list, watch, create, update, patch, delete, deletecollection]
+- apiGroups: [""]
+  resources: [secrets, serviceaccounts]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [get, list, watch, create, delete, patch]
-# the operator grants drivers exactly these, so it must hold them itself
-- apiGroups: [""]
-  resources: [persistentvolumeclaims]
-  verbs: [get, list, watch, create, delete, deletecollection, patch]
-- apiGroups: [""]
-  resources: [pods, services, configmaps]
-  verbs: [deletecollection, update]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
@@ -41,5 +39,5 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- define "streamjob.driverRules" -}}
 - apiGroups: [""]
   resources: [pods, services, configmaps, persistentvolumeclaims]
-  verbs: [get, list, watch, create, delete, deletecollection, patch, update]
+  verbs: [get, list, watch, create, update, patch, delete, deletecollection]
 {{- end -}}
