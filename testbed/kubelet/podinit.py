@@ -56,17 +56,29 @@ def main() -> None:
     # Die with the kubelet thread that started us, as a container dies with its runtime.
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     mounts = spec.get("mounts") or []
+    cwd = spec.get("cwd") or "/"
+    os.makedirs(cwd, exist_ok=True)
+    # Hold every source (and the working dir) open first: a volume mounted over
+    # a parent of the kubelet's own dirs (an emptyDir at /tmp, say) would
+    # otherwise hide the sources of the mounts after it.
+    # (opened inside the new namespace: a bind mount's source must be in it)
+    held: list[int] = []
     if mounts:
         _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
         _mount(None, "/", MS_REC | MS_PRIVATE)
-        for m in mounts:
-            _ensure_target(m["source"], m["target"])
-            _mount(m["source"], m["target"], MS_BIND | MS_REC)
+    cwd_fd = os.open(cwd, os.O_RDONLY | os.O_DIRECTORY)
+    held = [os.open(m["source"], os.O_PATH) for m in mounts]
+    if mounts:
+        for m, fd in zip(mounts, held):
+            source = f"/proc/self/fd/{fd}"
+            _ensure_target(source, m["target"])
+            _mount(source, m["target"], MS_BIND | MS_REC)
             if m.get("readOnly"):
                 _mount(None, m["target"], MS_REMOUNT | MS_BIND | MS_RDONLY)
-    cwd = spec.get("cwd") or "/"
-    os.makedirs(cwd, exist_ok=True)
-    os.chdir(cwd)
+    for fd in held:
+        os.close(fd)
+    os.fchdir(cwd_fd)
+    os.close(cwd_fd)
     argv = spec["argv"]
     try:
         os.execvpe(argv[0], argv, spec["env"])
