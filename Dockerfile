@@ -1,6 +1,8 @@
 # The StreamJob image: Apache Spark with PySpark, the StreamJob job runtime
 # and the operator. One image, three roles:
-#   driver    /opt/spark/bin/spark-submit ... /opt/streamjob/driver.py run ...
+#   driver    streamjob-runtime run ... --master k8s://... : the runtime is the
+#             main process (SIGTERM reaches it) and starts Spark's client-mode
+#             driver JVM; /opt/streamjob/driver.py serves spark-submit users
 #   executor  args [executor], through Spark's own /opt/entrypoint.sh
 #   operator  streamjob-operator (the Helm chart's Deployment)
 # The Spark version must match the pyspark pin in pyproject.toml.
@@ -21,8 +23,11 @@ COPY pyproject.toml README.md ./
 COPY operator ./operator
 COPY job_runtime ./job_runtime
 COPY testbed ./testbed
-# pyspark comes from the base image's Spark, not from PyPI
-RUN pip install --no-cache-dir --no-deps . \
+# pyspark is the base image's own (/opt/spark/python), put on the path by a .pth
+# file, so Python and the JVM are always the same Spark
+RUN site="$(python3 -c 'import site; print(site.getsitepackages()[0])')" \
+ && { echo /opt/spark/python; ls /opt/spark/python/lib/py4j-*-src.zip; } > "$site/spark.pth" \
+ && pip install --no-cache-dir --no-deps . \
  && pip install --no-cache-dir "kopf>=1.38,<2" "kubernetes>=30,<37" "boto3>=1.34,<2" "pyyaml>=6,<7" \
         "pydantic>=2.7,<3" "prometheus-client>=0.20,<1" \
  && ln -s "$(python3 -c 'import job_runtime, os; print(os.path.dirname(job_runtime.__file__))')/driver.py" /opt/streamjob/driver.py \

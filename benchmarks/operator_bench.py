@@ -31,7 +31,6 @@ import job_runtime
 from testbed import TestBed
 
 IMAGE = "ghcr.io/streamjob/streamjob-runtime:0.1.0"
-DRIVER_SCRIPT = str(Path(job_runtime.__file__).resolve().parent / "driver.py")
 REPO = Path(job_runtime.__file__).resolve().parents[1]
 NS = "bench"
 
@@ -85,7 +84,7 @@ def main() -> int:
         env = {**os.environ, "KUBECONFIG": str(bed.kubeconfig)}
         env.pop("PYTHONPATH", None)
         log = open(bed.run_dir / "operator.log", "ab")
-        operator = subprocess.Popen([str(Path(sys.executable).with_name("streamjob-operator")), "--driver-script", DRIVER_SCRIPT,
+        operator = subprocess.Popen([str(Path(sys.executable).with_name("streamjob-operator")), 
                                      "--lease-namespace", "default"], env=env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         try:

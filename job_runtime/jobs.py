@@ -42,7 +42,7 @@ def load_entrypoint(job: JobDefinition) -> Entrypoint:
     function = getattr(module, function_name, None)
     if not callable(function):
         raise JobDefinitionError(f"job.entrypoint {job.entrypoint!r}: module {module_name!r} has no function {function_name!r}")
-    return function  # type: ignore[no-any-return]
+    return function
 
 
 def make_context(spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings) -> JobContext:

@@ -42,8 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"),
                         help="namespace of the leader Lease (default $POD_NAMESPACE or default)")
     parser.add_argument("--lease-seconds", type=int, default=15, help="leader Lease duration")
-    parser.add_argument("--driver-script", default=os.environ.get("STREAMJOB_DRIVER_SCRIPT", RuntimeLayout.driver_script),
-                        help="path of the runtime's driver.py inside the runtime image")
+    parser.add_argument("--runtime-command", default=os.environ.get("STREAMJOB_RUNTIME_COMMAND", RuntimeLayout.runtime_command),
+                        help="the job runtime's command inside the runtime image (the driver container's main process)")
     parser.add_argument("--control-port", type=int, default=RuntimeLayout.control_port, help="driver control endpoint port")
     parser.add_argument("--no-state-repartition", dest="repartition", action="store_false",
                         help="refuse statePartitions changes up front (runtime images whose Spark cannot repartition state)")
@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from streamjob_operator.k8s.clients import load_api_client
     from streamjob_operator.k8s.lease import LeaderLease
 
-    handlers.SETTINGS.layout = RuntimeLayout(driver_script=args.driver_script, control_port=args.control_port)
+    handlers.SETTINGS.layout = RuntimeLayout(runtime_command=args.runtime_command, control_port=args.control_port)
     handlers.SETTINGS.repartition_supported = args.repartition
 
     lease = None
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lease.keep_renewing()
     namespaces = args.namespace
     log.info("Started operator namespaces=%s leaderElection=%s driverScript=%s",
-             ",".join(namespaces) or "*", args.leader_election, args.driver_script)
+             ",".join(namespaces) or "*", args.leader_election, args.runtime_command)
     try:
         kopf.run(
             standalone=True,  # exclusivity comes from the Lease above, not kopf peering

@@ -45,8 +45,11 @@ class Owner:
 class RuntimeLayout:
     """Where things are inside the runtime image; operator settings, not per-job spec."""
 
-    driver_script: str = "/opt/streamjob/driver.py"
-    spark_submit: str = "/opt/spark/bin/spark-submit"
+    # The runtime is the container's main process and starts Spark's driver JVM
+    # in client mode (PySpark launches it through $SPARK_HOME/bin/spark-submit).
+    # Not `spark-submit driver.py`: there the JVM is PID 1 of the container and a
+    # SIGTERM kills it with 143 before the runtime can stop the query cleanly.
+    runtime_command: str = "streamjob-runtime"
     control_port: int = 8765
     driver_port: int = 7078
     block_manager_port: int = 7079
@@ -219,13 +222,14 @@ def runtime_args(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout
 
 
 def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: RuntimeLayout) -> Manifest:
-    """The driver pod of one epoch: spark-submit (client mode) running the job runtime."""
+    """The driver pod of one epoch: the job runtime, starting Spark's driver in client mode."""
     # executor.instances 0 runs the tasks in the driver: Spark's local master, no executor pods
     master = ("k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)" if spec.executor.instances > 0
               else f"local[{spec.driver.cores}]")
-    submit = ["--master", master, "--deploy-mode", "client", "--driver-memory", spec.driver.memory]
+    spark = ["--master", master, "--conf", f"spark.driver.memory={spec.driver.memory}",
+             "--conf", "spark.submit.deployMode=client"]
     for key, value in spark_conf(owner, spec, action.pod, layout):
-        submit += ["--conf", f"{key}={value}"]
+        spark += ["--conf", f"{key}={value}"]
     env: list[Manifest] = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -255,8 +259,8 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
                     "name": "driver",
                     "image": spec.image,
                     "imagePullPolicy": spec.image_pull_policy,
-                    "command": [layout.spark_submit],
-                    "args": submit + [layout.driver_script] + runtime_args(owner, spec, action, layout),
+                    "command": [layout.runtime_command],
+                    "args": runtime_args(owner, spec, action, layout) + spark,
                     "env": env,
                     "ports": [
                         {"name": "control", "containerPort": layout.control_port},

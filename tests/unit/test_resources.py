@@ -22,18 +22,19 @@ TEXT = spec_json(SPEC)
 ACTION = CreateDriver("wc-driver-3", 3, TEXT, "s3a://b/ck/run-3", "s3://b/sp/team-a/wc/savepoint-x", hash_text(TEXT))
 
 
-def test_driver_pod_runs_the_runtime_under_spark_submit_in_client_mode() -> None:
-    pod = resources.driver_pod(OWNER, SPEC, ACTION, RuntimeLayout(driver_script="/opt/streamjob/driver.py"))
+def test_driver_pod_runs_the_runtime_as_main_process_with_a_client_mode_driver() -> None:
+    pod = resources.driver_pod(OWNER, SPEC, ACTION, RuntimeLayout())
     container = pod["spec"]["containers"][0]
     args = container["args"]
-    assert container["command"] == ["/opt/spark/bin/spark-submit"]
-    assert args[:4] == ["--master", "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)", "--deploy-mode", "client"]
+    # the runtime is PID 1, so SIGTERM reaches it and it stops the query cleanly (exit 11, not 143)
+    assert container["command"] == ["streamjob-runtime"]
+    assert args[args.index("--master") + 1] == "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
     confs = [args[i + 1] for i, a in enumerate(args) if a == "--conf"]
     assert "spark.kubernetes.driver.pod.name=wc-driver-3" == [c for c in confs if c.startswith("spark.kubernetes.driver.pod.name=")][-1]
     assert "spark.driver.host=$(POD_IP)" in confs and "spark.executor.instances=2" in confs
     assert "spark.kubernetes.namespace=team-a" in confs
-    script = args.index("/opt/streamjob/driver.py")
-    runtime = args[script + 1:]
+    assert "spark.submit.deployMode=client" in confs and "spark.driver.memory=1g" in confs
+    runtime = args
     assert runtime[0] == "run"
     assert runtime[runtime.index("--checkpoint") + 1] == "s3a://b/ck/run-3"
     assert runtime[runtime.index("--restore-from") + 1] == "s3://b/sp/team-a/wc/savepoint-x"
@@ -75,5 +76,5 @@ def test_service_is_headless_and_selects_the_driver() -> None:
 def test_zero_executors_run_the_tasks_in_the_driver() -> None:
     spec = SPEC.model_copy(update={"executor": SPEC.executor.model_copy(update={"instances": 0})})
     args = resources.driver_pod(OWNER, spec, ACTION, RuntimeLayout())["spec"]["containers"][0]["args"]
-    assert args[1] == "local[1]"
+    assert args[args.index("--master") + 1] == "local[1]"
     assert not [a for a in args if a.startswith("spark.executor.instances")]
