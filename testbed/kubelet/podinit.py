@@ -68,6 +68,10 @@ def main() -> None:
         _mount(None, "/", MS_REC | MS_PRIVATE)
     cwd_fd = os.open(cwd, os.O_RDONLY | os.O_DIRECTORY)
     held = [os.open(m["source"], os.O_PATH) for m in mounts]
+    targets = [m["target"].rstrip("/") or "/" for m in mounts]
+    # image paths under a mount target get bound back over the mounted volume
+    keep = [(p, os.open(p, os.O_PATH)) for p in spec.get("keep") or []
+            if os.path.isdir(p) and any(p.startswith(t + "/") for t in targets)]
     if mounts:
         for m, fd in zip(mounts, held):
             source = f"/proc/self/fd/{fd}"
@@ -75,6 +79,10 @@ def main() -> None:
             _mount(source, m["target"], MS_BIND | MS_REC)
             if m.get("readOnly"):
                 _mount(None, m["target"], MS_REMOUNT | MS_BIND | MS_RDONLY)
+    for path, fd in keep:
+        os.makedirs(path, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", path, MS_BIND | MS_REC)
+        held.append(fd)
     for fd in held:
         os.close(fd)
     os.fchdir(cwd_fd)

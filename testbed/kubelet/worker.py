@@ -34,6 +34,20 @@ from testbed.kubelet.volumes import Mount, VolumeBuilder, container_mounts
 log = logging.getLogger(__name__)
 
 PODINIT = str(Path(__file__).with_name("podinit.py"))
+
+
+def image_paths(pod_dir: Path) -> list[str]:
+    """Host paths that stand for the image's own files: the venv (Spark, the
+    installed packages), the repository (editable installs point into it), the
+    kubelet's run dir (the pod's home and work dir). A volume mounted over one
+    of their parents (an emptyDir at /tmp, say) must not hide them."""
+    import sysconfig
+
+    from testbed import locate
+
+    paths = {sys.prefix, str(locate.repo_root()), str(pod_dir.parent.parent),
+             sysconfig.get_paths()["purelib"]}
+    return sorted(p for p in paths if p and p != "/")
 MESSAGE_BYTES = 2048
 MESSAGE_LINES = 80
 
@@ -358,7 +372,7 @@ class PodWorker(threading.Thread):
 
     def _start(self, argv: list[str], env: dict[str, str], mounts: list[Mount], cwd: str, log_path: Path) -> subprocess.Popen[bytes]:
         spec_path = self.pod_dir / "container.json"
-        spec = {"argv": argv, "env": env, "cwd": cwd, "mounts": [m.to_json() for m in mounts]}
+        spec = {"argv": argv, "env": env, "cwd": cwd, "mounts": [m.to_json() for m in mounts], "keep": image_paths(self.pod_dir)}
         spec_path.write_text(json.dumps(spec))
         spec_path.chmod(0o600)
         with open(log_path, "ab") as out:

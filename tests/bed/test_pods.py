@@ -182,3 +182,27 @@ def test_pod_logs_are_served_through_the_api(core_v1: client.CoreV1Api, namespac
 
     assert logs() == "line-1\nline-2\nline-3\n"
     assert logs(tail_lines=1) == "line-3\n"
+
+
+def test_an_empty_dir_over_tmp_hides_the_host_tmp_but_not_the_image(core_v1: client.CoreV1Api, namespace: str, testbed: TestBed, tmp_path: Any) -> None:
+    # The test bed's own dirs (and, in CI, the clone the packages are installed
+    # from) may live under /tmp: a pod mounting an emptyDir there (as the
+    # operator's chart does) must still see its image's files and volumes.
+    marker = tmp_path / "host-only"
+    marker.write_text("host")
+    core_v1.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="cfg"), data={"k": "v"}))
+    script = (
+        "import json, os, job_runtime, streamjob_operator; "
+        f"print(json.dumps({{'tmp': sorted(os.listdir('/tmp')), 'host': os.path.exists('{marker}'), "
+        "'cfg': open('/etc/cfg/k').read(), 'pkg': os.path.isfile(job_runtime.__file__)}))"
+    )
+    core_v1.create_namespaced_pod(namespace, pod(
+        "tmp-over", ["python", "-c", script],
+        volumeMounts=[{"name": "tmp", "mountPath": "/tmp"}, {"name": "cfg", "mountPath": "/etc/cfg"}],
+        volumes=[{"name": "tmp", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "cfg"}}],
+    ))
+    done = wait_pod_phase(core_v1, namespace, "tmp-over", {"Succeeded", "Failed"})
+    output = testbed.pod_log(namespace, "tmp-over")
+    assert done.status.phase == "Succeeded", output
+    seen = json.loads(output.strip().splitlines()[-1])
+    assert seen["host"] is False and seen["cfg"] == "v" and seen["pkg"] is True
