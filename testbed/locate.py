@@ -9,14 +9,25 @@ cache folders are searched.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
-# Keep in step with testbed/build/build-go-binaries.sh.
-K8S_VERSION = "v1.36.3"
-ETCD_VERSION = "v3.6.8"
-VERSITYGW_VERSION = "v1.8.0"
-HELM_VERSION = "v3.22.0"
+BUILD_SCRIPT = Path(__file__).resolve().parent / "build" / "build-go-binaries.sh"
+
+
+def _pinned(name: str) -> str:
+    """A version pinned in build-go-binaries.sh (`NAME="${NAME:-v1.2.3}"`): one source of truth."""
+    match = re.search(rf'^{name}="\$\{{{name}:-([^}}]+)\}}"', BUILD_SCRIPT.read_text(), flags=re.M)
+    if match is None:
+        raise RuntimeError(f"{BUILD_SCRIPT}: no default for {name}")
+    return os.environ.get(name) or match.group(1)
+
+
+K8S_VERSION = _pinned("K8S_VERSION")
+ETCD_VERSION = _pinned("ETCD_VERSION")
+VERSITYGW_VERSION = _pinned("VERSITYGW_VERSION")
+HELM_VERSION = _pinned("HELM_VERSION")
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "versitygw")
 

@@ -143,3 +143,39 @@ def test_parse_manifest_refuses(mutate: object, message: str) -> None:
 def test_parse_manifest_refuses_non_json() -> None:
     with pytest.raises(sp.ManifestInvalidError, match="s3://b/sp: _savepoint.json is not JSON"):
         sp.parse_manifest("s3://b/sp", b"{not json")
+
+
+def _snapshot_zip(sst_names: list[str]) -> bytes:
+    import io
+    import json as _json
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        archive.writestr("metadata", "v1\n" + _json.dumps({"sstFiles": [{"dfsSstFileName": n} for n in sst_names]}))
+    return buf.getvalue()
+
+
+def test_snapshot_zip_names_the_ssts_it_uses_and_garbage_is_unknown():
+    from job_runtime.checkpoint import sst_files_of_snapshot
+
+    assert sst_files_of_snapshot(_snapshot_zip(["000008-a.sst", "000009-b.sst"])) == {"000008-a.sst", "000009-b.sst"}
+    assert sst_files_of_snapshot(b"not a zip") is None
+
+
+def test_ssts_no_chosen_snapshot_uses_are_left_out_of_a_running_snapshot():
+    from job_runtime.checkpoint import drop_unreferenced_ssts
+    from job_runtime.s3 import StoredFile
+
+    files = [
+        StoredFile("state/0/0/2.zip", 10),
+        StoredFile("state/0/0/SSTs/000008-a.sst", 5),
+        StoredFile("state/0/0/SSTs/000010-inflight.sst", 0),  # a newer version, still being written
+        StoredFile("state/0/1/SSTs/000003-c.sst", 7),  # partition 1: unknown references, kept
+        StoredFile("state/0/2/SSTs/000004-d.sst", 7),  # partition 2: no chosen zip, changelogs only
+        StoredFile("offsets/2", 1),
+    ]
+    kept = drop_unreferenced_ssts(files, {"state/0/0": {"000008-a.sst"}, "state/0/1": None, "state/0/2": set()})
+    assert [f.path for f in kept] == [
+        "state/0/0/2.zip", "state/0/0/SSTs/000008-a.sst", "state/0/1/SSTs/000003-c.sst", "offsets/2",
+    ]
