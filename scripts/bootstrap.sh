@@ -24,8 +24,19 @@ command -v java >/dev/null || die "Java 17 is not installed (Spark needs it): ap
 command -v go >/dev/null || die "Go >= 1.26 is not installed (the test bed builds kube-apiserver with it)"
 command -v mvn >/dev/null || die "Maven is not installed (it fetches hadoop-aws for s3a://): apt-get install maven"
 
-# 1. virtualenv, keyed by the dependency list
-deps_key=$(sha256sum "$ROOT/pyproject.toml" | cut -c1-12)
+# Two runs at once (a developer's and CI's) share the cache: one builds, the other waits.
+exec 9>"$CACHE_ROOT/.bootstrap.lock"
+flock 9
+
+# 1. virtualenv, keyed by the Python version and the dependency lists (not by the
+#    rest of pyproject.toml: a new subpackage or tool setting needs no new venv)
+deps_key=$("$PY" - "$ROOT/pyproject.toml" <<'PYKEY'
+import hashlib, json, sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+deps = {"dependencies": project.get("dependencies", []), "optional": project.get("optional-dependencies", {})}
+print(hashlib.sha256(json.dumps(deps, sort_keys=True).encode()).hexdigest()[:12])
+PYKEY
+)
 VENV="$CACHE_ROOT/venv-py$("$PY" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')-$deps_key"
 if [[ ! -x "$VENV/bin/python" || ! -f "$VENV/.complete" ]]; then
   say "creating virtualenv $VENV (first run only)"

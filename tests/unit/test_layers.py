@@ -14,12 +14,19 @@ import pytest
 import streamjob_operator
 
 PACKAGE = Path(streamjob_operator.__file__).parent
-PURE = ["reconcile/decide.py", "reconcile/changes.py", "reconcile/policy.py", "reconcile/names.py", "reconcile/model.py",
+DECIDE = sorted(str(f.relative_to(PACKAGE)) for f in (PACKAGE / "reconcile" / "decide").glob("*.py"))
+PURE = [*DECIDE, "reconcile/changes.py", "reconcile/policy.py", "reconcile/names.py", "reconcile/model.py",
         "k8s/resources.py"]
 FORBIDDEN = {"kopf", "kubernetes", "boto3", "botocore", "urllib", "http", "socket", "requests", "aiohttp", "time", "random",
              "secrets", "os", "subprocess", "streamjob_operator.k8s.act", "streamjob_operator.reconcile.observe",
              "streamjob_operator.handlers"}
 CLOCK_CALLS = {"now", "utcnow", "today", "time", "monotonic"}
+
+
+def test_decide_is_split_into_modules_of_a_few_hundred_lines() -> None:
+    assert len(DECIDE) >= 8, DECIDE
+    long = {m: n for m in DECIDE if (n := len((PACKAGE / m).read_text().splitlines())) > 300}
+    assert not long, f"modules of reconcile.decide over 300 lines: {long}"
 
 
 def imports(path: Path) -> set[str]:

@@ -1,0 +1,45 @@
+"""The decision: given (spec, status, observations, now), the actions to take and the next status.
+
+Pure: no I/O, no clock, no kopf or Kubernetes client (tests/unit/test_layers.py
+checks the imports of every module here). Called once per reconcile pass by
+``streamjob_operator.handlers`` between ``reconcile.observe`` and ``k8s.act``.
+
+Status is the write-ahead log. A disruptive step is decided together with the
+status that records it (``status.operation``: kind, phase, target spec hash,
+savepoint path), and the glue writes that status *before* acting, so an
+operator killed at any point resumes from the recorded phase; every action is
+idempotent. One phase per pass and at most one disruptive action per pass.
+
+Split by operation, as the Flink operator splits its reconcilers; ``flow``
+picks the module, ``context`` holds the pass and the shared vocabulary::
+
+    deploy    Deploying                                                   deploy.py
+    restart   Stopping -> Waiting (restart delay) -> Deploying            restart.py
+    upgrade   [Savepointing ->] Stopping -> Deploying -> [AwaitingReady]  upgrade.py (-> rollback)
+    rollback  Stopping -> Deploying                                       upgrade.py
+    suspend   [Savepointing ->] Stopping                  (-> Suspended)  suspend.py
+    resume    Deploying                                                   suspend.py
+    savepoint Savepointing                                                savepoint.py (and retention)
+    delete    [Savepointing ->] Stopping           (-> finalizer removed) deletion.py
+    conditions Ready, Progressing, Degraded, Savepointing                 conditions.py
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from streamjob_operator.api.spec import StreamJobSpec
+from streamjob_operator.api.status import StreamJobStatus
+
+from ..model import Decision, Observations
+from . import flow
+from .context import OpKind, Pass, Phase, RestoreMode, clip, hash_text, spec_dict, spec_hash, spec_json
+
+__all__ = ["decide", "OpKind", "Phase", "RestoreMode", "clip", "hash_text", "spec_dict", "spec_hash", "spec_json"]
+
+
+def decide(spec: StreamJobSpec, status: StreamJobStatus, observations: Observations, now: datetime) -> Decision:
+    """One pass of the control loop, as a value; see the module docstring."""
+    p = Pass(spec, status, observations, now)
+    flow.run(p)
+    return p.decision()

@@ -1,0 +1,111 @@
+"""Conditions and progress: what status says about the job after a pass (Ready, Progressing, Degraded, Savepointing).
+
+Pure. Called by ``reconcile.decide.flow``: ``record_progress`` first (what the
+driver reported), ``conditions`` last (observations of the decided status,
+set on every pass, transition times kept while a status holds).
+"""
+
+from __future__ import annotations
+
+from streamjob_operator.api.status import CheckpointInfo, Condition, JobMetrics, LifecycleState
+
+from .context import PROGRESS_REASON, OpKind, Pass, Phase, clip
+
+ORDER = ["Ready", "Progressing", "Degraded", "Savepointing"]
+
+
+def record_progress(p: Pass) -> None:
+    job = p.obs.job
+    batch: int | None = None
+    if job is not None and job.reachable:
+        p.update(
+            job=JobMetrics(
+                query_id=job.query_id,
+                run_id=job.run_id,
+                last_batch_id=job.last_batch_id,
+                watermark=job.watermark,
+                input_rows_per_second=job.input_rows_per_second,
+                processed_rows_per_second=job.processed_rows_per_second,
+                state_rows=job.state_rows,
+                observed_at=p.t(),
+            )
+        )
+        batch = job.latest_completed_batch
+    if batch is None:
+        batch = p.obs.checkpoint_batch
+    last = p.st.last_checkpoint
+    if batch is not None and (last is None or last.batch_id != batch):
+        p.update(last_checkpoint=CheckpointInfo(batch_id=batch, time=p.t()))
+
+
+def conditions(p: Pass) -> None:
+    st = p.st
+    op = st.operation
+    ready = p.job_ready() and st.state not in (LifecycleState.deleting, LifecycleState.suspended, LifecycleState.failed)
+    if ready and not p.before.ready:
+        batch = st.last_checkpoint.batch_id if st.last_checkpoint else None
+        p.emit("Normal", "JobReady", f"Driver {st.driver_pod} is running and completed batch {batch}")
+    elif not ready and p.before.ready and st.state is LifecycleState.running and op is None:
+        p.emit("Warning", "JobNotReady", f"Driver {st.driver_pod} is no longer ready")
+    p.update(ready=ready)
+
+    state = st.state.value if st.state else "Pending"
+    if ready:
+        set_condition(p, "Ready", "True", "Running", f"Driver {st.driver_pod} is running and completing batches")
+    else:
+        set_condition(p, "Ready", "False", state if st.state is not LifecycleState.running else "Starting",
+                      st.last_error if st.state is LifecycleState.failed and st.last_error else f"The job is {state}")
+
+    if op is not None:
+        set_condition(p, "Progressing", "True", PROGRESS_REASON.get(OpKind(op.kind), "Progressing"),
+                      f"{op.kind} {op.phase}: {op.message}" if op.message else f"{op.kind} {op.phase}")
+    elif st.blocked_change is not None:
+        set_condition(p, "Progressing", "False", st.blocked_change.reason, st.blocked_change.message)
+    else:
+        set_condition(p, "Progressing", "False", "Reconciled", f"Generation {p.obs.generation} is rolled out")
+
+    existing = find(p, "Degraded")
+    if st.state is LifecycleState.failed:
+        if p.failure is not None:
+            set_condition(p, "Degraded", "True", *p.failure)
+        elif existing is None or existing.status != "True":
+            set_condition(p, "Degraded", "True", "Failed", st.last_error or "The job failed")
+        else:
+            set_condition(p, "Degraded", "True", existing.reason, existing.message)
+    elif st.blocked_change is not None:
+        set_condition(p, "Degraded", "True", st.blocked_change.reason, st.blocked_change.message)
+    elif st.restart_count > 0 and not ready:
+        set_condition(p, "Degraded", "True", "DriverFailed", st.last_error or "The driver failed and is being restarted")
+    else:
+        set_condition(p, "Degraded", "False", "AsExpected", "")
+
+    if op is not None and op.phase == Phase.savepointing.value:
+        set_condition(p, "Savepointing", "True", "InProgress", f"Savepoint {op.savepoint_path} ({op.trigger or op.kind}) in progress")
+    elif p.savepoint_result is not None:
+        set_condition(p, "Savepointing", "False", *p.savepoint_result)
+    else:
+        prior = find(p, "Savepointing")
+        if prior is None or prior.status == "True":
+            set_condition(p, "Savepointing", "False", "Idle", "No savepoint in progress")
+        else:
+            set_condition(p, "Savepointing", "False", prior.reason, prior.message)
+
+
+def find(p: Pass, type_: str) -> Condition | None:
+    return next((c for c in p.st.conditions if c.type == type_), None)
+
+
+def set_condition(p: Pass, type_: str, status: str, reason: str, message: str) -> None:
+    prior = find(p, type_)
+    changed = prior is None or prior.status != status
+    new = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=clip(message),
+        observed_generation=p.obs.generation,
+        last_transition_time=p.t() if changed or prior is None else prior.last_transition_time,
+    )
+    others = [c for c in p.st.conditions if c.type != type_]
+    merged = sorted(others + [new], key=lambda c: ORDER.index(c.type) if c.type in ORDER else len(ORDER))
+    p.update(conditions=merged)

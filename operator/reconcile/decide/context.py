@@ -1,0 +1,197 @@
+"""The state of one decision pass and the vocabulary every operation shares.
+
+Pure. ``Pass`` holds the inputs (spec, status before, observations, now) and
+what the pass has decided so far (next status, actions, events, requeue);
+the operation modules of this package (deploy, restart, upgrade, savepoint,
+suspend, deletion, conditions) read and extend it through the small helpers
+here. Built only by ``reconcile.decide.decide``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any
+
+from streamjob_operator.api.spec import StreamJobSpec
+from streamjob_operator.api.status import MAX_MESSAGE, BlockedChange, LifecycleState, Operation, StreamJobStatus
+
+from .. import names
+from ..model import Action, CreateDriver, Decision, DeleteDriver, DriverPod, Event, Observations, PodPhase, TriggerSavepoint, is_disruptive
+from ..policy import fmt_time, parse_time
+
+POLL_SECONDS = 2.0  # while an operation waits on the world
+FORCE_DELETE_GRACE_SECONDS = 30  # after the deletion deadline, how long force-deleted pods may linger
+
+
+class OpKind(str, Enum):
+    deploy = "deploy"
+    restart = "restart"
+    upgrade = "upgrade"
+    rollback = "rollback"
+    suspend = "suspend"
+    resume = "resume"
+    savepoint = "savepoint"
+    delete = "delete"
+
+
+class Phase(str, Enum):
+    savepointing = "Savepointing"
+    stopping = "Stopping"
+    waiting = "Waiting"
+    deploying = "Deploying"
+    awaiting_ready = "AwaitingReady"
+    done = "Done"  # deletion finished; kopf removes the finalizer
+
+
+class RestoreMode(str, Enum):
+    savepoint = "savepoint"
+    last_state = "last-state"
+    stateless = "stateless"
+
+
+STATE_OF_KIND = {
+    OpKind.deploy: LifecycleState.deploying,
+    OpKind.restart: LifecycleState.restarting,
+    OpKind.upgrade: LifecycleState.upgrading,
+    OpKind.rollback: LifecycleState.rolling_back,
+    OpKind.suspend: LifecycleState.suspending,
+    OpKind.resume: LifecycleState.deploying,
+    OpKind.savepoint: LifecycleState.running,
+    OpKind.delete: LifecycleState.deleting,
+}
+
+PROGRESS_REASON = {
+    OpKind.deploy: "Deploying",
+    OpKind.restart: "Restarting",
+    OpKind.upgrade: "Upgrading",
+    OpKind.rollback: "RollingBack",
+    OpKind.suspend: "Suspending",
+    OpKind.resume: "Resuming",
+    OpKind.savepoint: "Savepointing",
+    OpKind.delete: "Deleting",
+}
+
+
+def spec_dict(spec: StreamJobSpec) -> dict[str, Any]:
+    return spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def spec_json(spec: StreamJobSpec) -> str:
+    """The canonical JSON recorded as lastReconciledSpec / lastStableSpec."""
+    return json.dumps(spec_dict(spec), sort_keys=True, separators=(",", ":"))
+
+
+def hash_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def spec_hash(spec: StreamJobSpec) -> str:
+    return hash_text(spec_json(spec))
+
+
+def clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class Pass:
+    """One pass: the inputs, and the decision as it is built (``st`` is the next status)."""
+
+    def __init__(self, spec: StreamJobSpec, status: StreamJobStatus, obs: Observations, now: datetime) -> None:
+        self.spec = spec
+        self.before = status
+        self.st = status
+        self.obs = obs
+        self.now = now
+        self.actions: list[Action] = []
+        self.events: list[Event] = []
+        self.requeue: float | None = None
+        self.deletion_done = False
+        self.savepoint_result: tuple[str, str] | None = None  # (reason, message) for the Savepointing condition
+        self.failure: tuple[str, str] | None = None  # (reason, message) for Degraded when the job failed
+
+    # --- building the next status ----------------------------------------------------
+    def update(self, **changes: Any) -> None:
+        self.st = self.st.model_copy(update=changes)
+
+    def op(self) -> Operation:
+        assert self.st.operation is not None
+        return self.st.operation
+
+    def op_update(self, **changes: Any) -> None:
+        self.update(operation=self.op().model_copy(update=changes))
+
+    def emit(self, type_: str, reason: str, message: str) -> None:
+        self.events.append(Event(type_, reason, clip(message)))
+
+    def again(self, seconds: float) -> None:
+        self.requeue = seconds if self.requeue is None else min(self.requeue, seconds)
+
+    def t(self, delta_seconds: float = 0) -> str:
+        return fmt_time(self.now + timedelta(seconds=delta_seconds))
+
+    def past(self, when: str | None) -> bool:
+        at = parse_time(when)
+        return at is not None and self.now >= at
+
+    # --- reading the observations -------------------------------------------------------
+    @property
+    def current(self) -> DriverPod | None:
+        for pod in self.obs.drivers:
+            if pod.name == self.st.driver_pod:
+                return pod
+        return None
+
+    def running_driver(self) -> DriverPod | None:
+        cur = self.current
+        if cur is not None and cur.alive and cur.phase is PodPhase.running:
+            return cur
+        return None
+
+    def reachable(self) -> bool:
+        return self.obs.job is not None and self.obs.job.reachable
+
+    def job_ready(self) -> bool:
+        if self.running_driver() is None:
+            return False
+        if self.obs.job is None:  # not polled this pass: keep what we knew
+            return self.before.ready
+        return self.obs.job.reachable and self.obs.job.ready
+
+    # --- blocked changes ---------------------------------------------------------------
+    def blocked(self) -> bool:
+        block = self.st.blocked_change
+        return block is not None and block.spec_hash == spec_hash(self.spec)
+
+    def block(self, reason: str, message: str) -> None:
+        self.update(
+            blocked_change=BlockedChange(
+                spec_hash=spec_hash(self.spec),
+                savepoint_nonce=self.spec.savepoint_nonce,
+                restart_nonce=self.spec.restart_nonce,
+                reason=reason,
+                message=clip(message),
+            )
+        )
+
+    def new_savepoint_path(self, trigger: str) -> str:
+        assert self.spec.savepoint is not None
+        return names.savepoint_path(self.spec.savepoint.location, self.obs.namespace, self.obs.name, trigger, self.now)
+
+    # --- the result ------------------------------------------------------------------------
+    def decision(self) -> Decision:
+        creates = [a for a in self.actions if isinstance(a, CreateDriver)]
+        stops = [a for a in self.actions if isinstance(a, TriggerSavepoint) and a.stop]
+        deletes = [a for a in self.actions if isinstance(a, DeleteDriver)]
+        if len(creates) + len(stops) > 1 or ((creates or stops) and deletes):
+            raise AssertionError(f"more than one disruptive action in one pass: {[a for a in self.actions if is_disruptive(a)]}")
+        return Decision(
+            status=self.st,
+            actions=tuple(self.actions),
+            events=tuple(self.events),
+            requeue_after=self.requeue,
+            deletion_done=self.deletion_done,
+            at=self.now,
+        )

@@ -1,0 +1,48 @@
+"""Deletion: an optional bounded final savepoint, stop the driver, delete owned objects, release the finalizer.
+
+Pure. Called by ``reconcile.decide.flow`` on every pass of a job with a
+deletionTimestamp.
+"""
+
+from __future__ import annotations
+
+from streamjob_operator.api.status import LifecycleState, Operation
+
+from ..model import DeleteOwnedObjects
+from .context import OpKind, Pass, Phase
+
+
+def deletion(p: Pass) -> None:
+    from .flow import continue_operation
+
+    op = p.st.operation
+    if op is not None and op.kind == OpKind.delete.value:
+        if op.phase == Phase.done.value:
+            p.deletion_done = True
+            return
+        continue_operation(p)
+        return
+    deadline = p.t(p.spec.deletion.timeout_seconds)
+    wants = p.spec.deletion.savepoint_on_delete and p.spec.savepoint is not None
+    can = wants and p.running_driver() is not None and p.reachable() and p.st.state is not LifecycleState.failed
+    if can:
+        new = Operation(kind=OpKind.delete.value, phase=Phase.savepointing.value, savepoint_path=p.new_savepoint_path("delete"),
+                        trigger="delete", started_at=p.t(), deadline=deadline, message="final savepoint before deletion")
+        p.update(last_savepoint_attempt_at=p.t())
+        p.emit("Normal", "Deleting", f"Deleting: taking a final savepoint to {new.savepoint_path} (at most {p.spec.deletion.timeout_seconds}s)")
+    else:
+        new = Operation(kind=OpKind.delete.value, phase=Phase.stopping.value, started_at=p.t(), deadline=deadline, message="deleting")
+        note = "; savepointOnDelete is set but the job is not running, so no final savepoint" if wants else ""
+        p.emit("Normal", "Deleting", f"Deleting: stopping the driver{note}")
+    if op is not None:
+        p.emit("Warning", "OperationAbandoned", f"Abandoned {op.kind} ({op.phase}) for deletion")
+    p.update(operation=new, state=LifecycleState.deleting)
+    p.again(0)
+
+
+def finish_deletion(p: Pass) -> None:
+    p.deletion_done = True
+    p.update(driver_pod=None, ready=False)
+    p.op_update(phase=Phase.done.value)
+    p.actions.append(DeleteOwnedObjects())
+    p.emit("Normal", "Deleted", "Driver stopped and owned objects deleted; removing the finalizer")

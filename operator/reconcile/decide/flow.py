@@ -1,0 +1,136 @@
+"""The shape of a pass: which operation module acts, given the lifecycle state and the operation in progress.
+
+Pure. Called by ``reconcile.decide.decide``. Without an operation, the
+lifecycle state picks the module (running, suspended, stopped); with one,
+its phase does (Savepointing, Stopping, Waiting, Deploying, AwaitingReady).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from streamjob_operator.api.spec import DesiredState
+from streamjob_operator.api.status import LifecycleState
+
+from ..model import DeleteDriver
+from ..policy import parse_time
+from . import conditions, deletion, deploy, restart, savepoint, suspend, upgrade
+from .context import FORCE_DELETE_GRACE_SECONDS, OpKind, Pass, Phase, spec_json
+
+
+def run(p: Pass) -> None:
+    conditions.record_progress(p)
+    if p.obs.deleting:
+        deletion.deletion(p)
+    elif p.st.operation is not None:
+        continue_operation(p)
+    else:
+        steady(p)
+    savepoint.retention(p)
+    conditions.conditions(p)
+    p.update(observed_generation=p.obs.generation)
+
+
+# --- without an operation ----------------------------------------------------------------------
+def steady(p: Pass) -> None:
+    st = p.st
+    if st.state is None or st.last_reconciled_spec is None:
+        deploy.first_deploy(p)
+        return
+    if delete_strays(p):
+        return
+    if st.state is LifecycleState.suspended:
+        suspend.suspended(p)
+    elif st.state in (LifecycleState.failed, LifecycleState.finished):
+        upgrade.stopped_job(p)
+    else:
+        running(p)
+
+
+def delete_strays(p: Pass) -> bool:
+    """Drivers that are not the recorded one are deleted first: never two drivers for a job."""
+    strays = [pod for pod in p.obs.drivers if pod.name != p.st.driver_pod]
+    for pod in strays:
+        if not pod.deleting:
+            p.actions.append(DeleteDriver(pod.name))
+            p.emit("Warning", "StrayDriverDeleted", f"Deleted driver pod {pod.name}: the current driver is {p.st.driver_pod}")
+    if strays:
+        p.again(1)
+    return bool(strays)
+
+
+def running(p: Pass) -> None:
+    cur = p.current
+    if cur is None:
+        p.emit("Warning", "DriverLost", f"Driver pod {p.st.driver_pod} is gone without a request; restarting from the latest checkpoint")
+        restart.start_restart(p, "driver pod disappeared")
+        return
+    if cur.terminated:
+        restart.driver_exited(p, cur)
+        return
+    if cur.deleting:
+        p.again(1)
+        return
+    if p.job_ready():
+        if p.st.restart_count:
+            p.update(restart_count=0)
+        if p.st.last_stable_spec != p.st.last_reconciled_spec:
+            p.update(last_stable_spec=p.st.last_reconciled_spec)
+    if p.spec.state is DesiredState.suspended and not p.blocked():
+        suspend.start_suspend(p)
+    elif upgrade.start_change(p):
+        pass
+    elif p.spec.savepoint_nonce != p.st.last_savepoint_nonce:
+        savepoint.start_savepoint(p, "manual")
+    elif savepoint.periodic_due(p):
+        savepoint.start_savepoint(p, "periodic")
+
+
+# --- with an operation ---------------------------------------------------------------------------
+def continue_operation(p: Pass) -> None:
+    phase = p.op().phase
+    if phase == Phase.savepointing.value:
+        savepoint.savepointing(p)
+    elif phase == Phase.stopping.value:
+        stopping(p)
+    elif phase == Phase.waiting.value:
+        restart.waiting(p)
+    elif phase == Phase.deploying.value:
+        deploy.deploying(p)
+    elif phase == Phase.awaiting_ready.value:
+        upgrade.awaiting_ready(p)
+    else:  # an unknown phase (a newer operator wrote it?): start over from what is observed
+        p.emit("Warning", "OperationAbandoned", f"Unknown operation phase {phase!r}; re-observing")
+        p.update(operation=None, state=LifecycleState.running)
+        p.again(0)
+
+
+def stopping(p: Pass) -> None:
+    """Every operation's Stopping phase: delete the drivers, then hand over to the operation's next step."""
+    op = p.op()
+    pods = p.obs.drivers
+    if pods:
+        deadline = parse_time(op.deadline)
+        force = op.kind == OpKind.delete.value and deadline is not None and p.now >= deadline
+        if force and deadline is not None and p.now >= deadline + timedelta(seconds=FORCE_DELETE_GRACE_SECONDS):
+            p.emit("Warning", "DeletionForced", f"Driver pods {[pod.name for pod in pods]} still present after the deadline; "
+                   "finishing deletion, garbage collection removes them")
+            deletion.finish_deletion(p)
+            return
+        for pod in pods:
+            if not pod.deleting or force:
+                p.actions.append(DeleteDriver(pod.name, grace_seconds=0 if force else None))
+        p.again(1)
+        return
+    kind = op.kind
+    if kind == OpKind.suspend.value:
+        suspend.stopped(p)
+    elif kind == OpKind.delete.value:
+        deletion.finish_deletion(p)
+    elif kind == OpKind.restart.value:
+        restart.stopped(p)
+    elif kind == OpKind.rollback.value:
+        assert p.st.last_stable_spec is not None
+        deploy.enter_deploying(p, op, p.st.last_stable_spec)
+    else:
+        deploy.enter_deploying(p, op, spec_json(p.spec))

@@ -1,0 +1,91 @@
+"""Restart: a driver that exited without a request, the restart policy, and the wait before a restart.
+
+Pure. Called by ``reconcile.decide.flow`` when the current driver has exited,
+and by the upgrade module for restartNonce.
+"""
+
+from __future__ import annotations
+
+from streamjob_operator.api.status import MAX_FAILURE_TIMES, LifecycleState, Operation
+
+from ..model import DriverPod, ExitKind
+from ..policy import describe_policy, fmt_time, parse_time, restart_delay
+from . import deploy
+from .context import OpKind, Pass, Phase, RestoreMode, clip
+
+
+def driver_exited(p: Pass, pod: DriverPod) -> None:
+    kind = pod.exit_kind or (ExitKind.ended if pod.exit_code == 0 else ExitKind.failed)
+    code = pod.exit_code
+    detail = f": {pod.message}" if pod.message else ""
+    if kind is ExitKind.ended:
+        p.update(state=LifecycleState.finished, last_error=None)
+        p.emit("Normal", "JobFinished", f"Driver {pod.name} ended by itself (exit {code}): the query finished")
+        return
+    if kind in (ExitKind.stopped, ExitKind.stopped_for_savepoint):
+        p.emit("Warning", "DriverStopped",
+               f"Driver {pod.name} stopped without a request from the operator (exit {code}, {kind.value}); "
+               "restarting from the latest checkpoint (not counted as a failure)")
+        start_restart(p, f"driver stopped (exit {code})")
+        return
+    if kind.permanent:
+        fail(p, kind.value, f"Driver {pod.name} exited with {kind.value} (exit {code}), which a restart cannot fix{detail}")
+        return
+    times = [t for t in (parse_time(x) for x in p.st.failure_times) if t is not None] + [p.now]
+    times = times[-MAX_FAILURE_TIMES:]
+    policy = p.spec.restart_policy
+    delay = restart_delay(policy, p.st.restart_count, times, p.now)
+    p.update(failure_times=[fmt_time(t) for t in times], last_error=clip(pod.message or f"exit code {code}"))
+    if delay is None:
+        fail(p, "RestartPolicyExhausted", f"Driver {pod.name} failed (exit {code}){detail}; {describe_policy(policy)}, which are used up")
+        return
+    batch = p.st.last_checkpoint.batch_id if p.st.last_checkpoint else None
+    p.update(
+        restart_count=p.st.restart_count + 1,
+        total_restarts=p.st.total_restarts + 1,
+        next_restart_at=p.t(delay),
+    )
+    p.emit("Warning", "DriverFailed",
+           f"Driver {pod.name} failed (exit {code}){detail}; restart {p.st.restart_count} in {delay:g}s "
+           f"from the latest checkpoint{f' (batch {batch})' if batch is not None else ''}")
+    start_restart(p, f"driver failed (exit {code})", counted=True)
+
+
+def fail(p: Pass, reason: str, message: str) -> None:
+    p.update(state=LifecycleState.failed, operation=None, last_error=clip(message), next_restart_at=None)
+    p.failure = (reason, message)
+    p.emit("Warning", reason, message)
+
+
+def start_restart(p: Pass, why: str, counted: bool = False) -> None:
+    p.update(
+        operation=Operation(kind=OpKind.restart.value, phase=Phase.stopping.value, restore_mode=RestoreMode.last_state.value,
+                            started_at=p.t(), message=clip(why)),
+        state=LifecycleState.restarting,
+        last_restart_nonce=p.spec.restart_nonce,
+    )
+    if not counted:
+        p.update(next_restart_at=None)
+    p.again(0)
+
+
+def stopped(p: Pass) -> None:
+    """The old driver is gone: wait out the restart delay, then deploy the last reconciled spec again."""
+    if p.st.next_restart_at and not p.past(p.st.next_restart_at):
+        p.op_update(phase=Phase.waiting.value)
+        at = parse_time(p.st.next_restart_at)
+        assert at is not None
+        p.again(max(0.0, (at - p.now).total_seconds()))
+    else:
+        assert p.st.last_reconciled_spec is not None
+        deploy.enter_deploying(p, p.op(), p.st.last_reconciled_spec)
+
+
+def waiting(p: Pass) -> None:
+    if p.past(p.st.next_restart_at) or p.st.next_restart_at is None:
+        assert p.st.last_reconciled_spec is not None
+        deploy.enter_deploying(p, p.op(), p.st.last_reconciled_spec)
+        return
+    at = parse_time(p.st.next_restart_at)
+    assert at is not None
+    p.again(max(0.0, (at - p.now).total_seconds()))

@@ -1,0 +1,126 @@
+"""Savepoints: manual and periodic ones, the Savepointing phase of every operation, and retention.
+
+Pure. Called by ``reconcile.decide.flow`` (nonce, schedule, the phase on
+each pass, retention at the end of every pass).
+"""
+
+from __future__ import annotations
+
+from streamjob_operator.api.status import MAX_SAVEPOINT_HISTORY, LifecycleState, Operation, SavepointInfo
+
+from ..model import DeleteSavepoint, SavepointState, TriggerSavepoint
+from ..policy import parse_duration, parse_time
+from .context import POLL_SECONDS, OpKind, Pass, Phase, clip
+
+
+def start_savepoint(p: Pass, trigger: str) -> None:
+    p.update(last_savepoint_nonce=p.spec.savepoint_nonce)
+    if p.spec.savepoint is None:
+        p.emit("Warning", "SavepointSkipped", "No savepoint taken: spec.savepoint.location is not set")
+        return
+    path = p.new_savepoint_path(trigger)
+    p.update(
+        operation=Operation(kind=OpKind.savepoint.value, phase=Phase.savepointing.value, savepoint_path=path, trigger=trigger,
+                            started_at=p.t(), deadline=p.t(p.spec.savepoint.timeout_seconds), message=f"{trigger} savepoint"),
+        last_savepoint_attempt_at=p.t(),
+    )
+    p.emit("Normal", "Savepointing", f"Taking a {trigger} savepoint to {path} while the job keeps running")
+    p.again(0)
+
+
+def periodic_due(p: Pass) -> bool:
+    sp = p.spec.savepoint
+    if sp is None or not sp.periodic_interval or not p.job_ready():
+        return False
+    last = p.st.last_savepoint
+    bases = [parse_time(x) for x in (last.time if last else None, p.st.last_savepoint_attempt_at, p.st.deployed_at)]
+    known = [b for b in bases if b is not None]
+    return not known or p.now >= max(known) + parse_duration(sp.periodic_interval)
+
+
+def savepointing(p: Pass) -> None:
+    op = p.op()
+    cur = p.current
+    manifest = p.obs.manifest if p.obs.manifest and p.obs.manifest.path == op.savepoint_path else None
+    progress = p.obs.savepoint
+    if manifest is not None or (progress is not None and progress.state is SavepointState.completed):
+        completed(p, manifest.batch_id if manifest else (progress.batch_id if progress else None))
+        return
+    why: str | None = None
+    if progress is not None and progress.state is SavepointState.failed:
+        why = progress.error or "the driver reported the savepoint failed"
+    elif p.past(op.deadline):
+        why = f"no complete savepoint (manifest) at {op.savepoint_path} by the deadline {op.deadline}"
+    elif cur is None or cur.terminated or cur.deleting:
+        code = f" (exit {cur.exit_code})" if cur is not None and cur.exit_code is not None else ""
+        why = f"the driver stopped before the savepoint completed{code}"
+    if why is not None:
+        failed(p, why)
+        return
+    if op.trigger_id is None:
+        if p.running_driver() is not None and p.reachable():
+            assert cur is not None and op.savepoint_path is not None
+            p.actions.append(TriggerSavepoint(cur.name, op.savepoint_path, stop=op.kind != OpKind.savepoint.value))
+    p.again(POLL_SECONDS)
+
+
+def completed(p: Pass, batch_id: int | None) -> None:
+    op = p.op()
+    assert op.savepoint_path is not None
+    info = SavepointInfo(path=op.savepoint_path, batch_id=batch_id, time=p.t(), trigger=op.trigger or op.kind)
+    history = [info] + [h for h in p.st.savepoint_history if h.path != info.path]
+    p.update(last_savepoint=info, savepoint_history=history[:MAX_SAVEPOINT_HISTORY])
+    message = f"Savepoint {info.path} completed at batch {batch_id} ({info.trigger})"
+    p.savepoint_result = ("SavepointCompleted", message)
+    p.emit("Normal", "SavepointCompleted", message)
+    if op.kind == OpKind.savepoint.value:
+        p.update(operation=None)
+    else:  # recorded before anything is deleted: the next pass stops the driver
+        p.op_update(phase=Phase.stopping.value, trigger_id=None)
+        p.again(0)
+
+
+def failed(p: Pass, why: str) -> None:
+    op = p.op()
+    p.savepoint_result = ("SavepointFailed", clip(f"Savepoint {op.savepoint_path} failed: {why}"))
+    p.emit("Warning", "SavepointFailed", f"Savepoint {op.savepoint_path} ({op.trigger or op.kind}) failed: {why}")
+    p.update(last_error=clip(f"savepoint failed: {why}"))
+    if op.kind == OpKind.delete.value:
+        p.emit("Warning", "Deleting", "Deleting without a final savepoint")
+        p.op_update(phase=Phase.stopping.value, trigger_id=None)
+        p.again(0)
+        return
+    p.update(operation=None, state=LifecycleState.running)
+    if op.kind in (OpKind.upgrade.value, OpKind.suspend.value):
+        what = "upgrade" if op.kind == OpKind.upgrade.value else "suspend"
+        message = (f"The {what} was not done because its savepoint failed ({why}); the running job was kept. "
+                   "It is retried on the next spec change or savepointNonce.")
+        p.block("SavepointFailed", message)
+        p.emit("Warning", f"{what.capitalize()}Aborted", message)
+    p.again(0)
+
+
+def retention(p: Pass) -> None:
+    sp = p.spec.savepoint
+    history = p.st.savepoint_history
+    if sp is None or not history:
+        return
+    op = p.st.operation
+    protected = {history[0].path, p.st.restored_from, op.savepoint_path if op else None}
+    max_age = parse_duration(sp.retention.max_age) if sp.retention.max_age else None
+    keep, drop = [], []
+    for i, info in enumerate(history):
+        taken = parse_time(info.time)
+        too_old = max_age is not None and taken is not None and p.now - taken > max_age
+        if (i >= sp.retention.count or too_old) and info.path not in protected:
+            drop.append(info)
+        else:
+            keep.append(info)
+    if not drop:
+        return
+    p.update(savepoint_history=keep)
+    for info in drop:
+        p.actions.append(DeleteSavepoint(info.path))
+    p.emit("Normal", "SavepointsPruned",
+           f"Pruned {len(drop)} savepoint(s) beyond retention (count {sp.retention.count}"
+           f"{f', maxAge {sp.retention.max_age}' if sp.retention.max_age else ''}): {', '.join(i.path for i in drop)}")

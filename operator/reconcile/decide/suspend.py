@@ -1,0 +1,83 @@
+"""Suspend and resume: stop with a savepoint (or the latest checkpoint), and deploy again on resume.
+
+Pure. Called by ``reconcile.decide.flow`` when spec.state and the lifecycle
+state disagree.
+"""
+
+from __future__ import annotations
+
+from streamjob_operator.api.spec import DesiredState, UpgradeMode
+from streamjob_operator.api.status import LifecycleState, Operation
+
+from . import deploy, upgrade
+from .context import OpKind, Pass, Phase, RestoreMode, spec_hash, spec_json
+
+
+def start_suspend(p: Pass) -> None:
+    if p.spec.savepoint is not None and p.spec.upgrade_mode is not UpgradeMode.stateless:
+        op = Operation(kind=OpKind.suspend.value, phase=Phase.savepointing.value, savepoint_path=p.new_savepoint_path("suspend"),
+                       trigger="suspend", restore_mode=RestoreMode.savepoint.value, started_at=p.t(),
+                       deadline=p.t(p.spec.savepoint.timeout_seconds), message="suspending with a savepoint")
+        p.update(last_savepoint_attempt_at=p.t())
+        p.emit("Normal", "Suspending", f"Suspending: taking savepoint {op.savepoint_path}, then stopping the driver")
+    else:
+        op = Operation(kind=OpKind.suspend.value, phase=Phase.stopping.value, restore_mode=RestoreMode.last_state.value,
+                       started_at=p.t(), message="suspending (no savepoint location: resume from the latest checkpoint)")
+        p.emit("Normal", "Suspending", "Suspending: stopping the driver; resume continues from the latest checkpoint")
+    p.update(operation=op, state=LifecycleState.suspending)
+    p.again(0)
+
+
+def suspend_stopped(p: Pass) -> None:
+    """A Failed or Finished job asked to suspend: nothing runs, so no savepoint is possible."""
+    p.update(
+        operation=Operation(kind=OpKind.suspend.value, phase=Phase.stopping.value, restore_mode=RestoreMode.last_state.value,
+                            started_at=p.t(), message="suspending a stopped job (no savepoint possible)"),
+        state=LifecycleState.suspending,
+    )
+    p.again(0)
+
+
+def stopped(p: Pass) -> None:
+    """The driver is gone: the job is suspended."""
+    op = p.op()
+    p.update(operation=None, state=LifecycleState.suspended, driver_pod=None, ready=False)
+    where = f" with savepoint {op.savepoint_path}" if op.savepoint_path else ""
+    p.emit("Normal", "Suspended", f"Suspended{where}; set spec.state to running to resume")
+
+
+def suspended(p: Pass) -> None:
+    if p.spec.state is DesiredState.running:
+        if upgrade.refuse_repartition(p):
+            return
+        resume(p)
+        return
+    if p.spec.savepoint_nonce != p.st.last_savepoint_nonce:
+        p.update(last_savepoint_nonce=p.spec.savepoint_nonce)
+        where = f"; its last savepoint is {p.st.last_savepoint.path}" if p.st.last_savepoint else ""
+        p.emit("Warning", "SavepointSkipped", f"No savepoint taken: the job is suspended{where}")
+
+
+def resume(p: Pass) -> None:
+    last = p.st.last_savepoint
+    if p.st.driver_epoch == 0:  # created suspended: this is the first deploy
+        p.update(state=None, last_reconciled_spec=None)
+        deploy.first_deploy(p)
+        return
+    if p.spec.upgrade_mode is UpgradeMode.stateless:
+        mode, path = RestoreMode.stateless, None
+    elif p.spec.upgrade_mode is UpgradeMode.savepoint and last is not None and last.trigger == "suspend":
+        mode, path = RestoreMode.savepoint, last.path
+    else:
+        mode, path = RestoreMode.last_state, None
+    op = Operation(
+        kind=OpKind.resume.value,
+        phase=Phase.deploying.value,
+        target_spec_hash=spec_hash(p.spec),
+        savepoint_path=path,
+        restore_mode=mode.value,
+        started_at=p.t(),
+        message=f"resuming from savepoint {path}" if path else f"resuming ({mode.value})",
+    )
+    p.emit("Normal", "Resuming", f"Resuming the job {f'from savepoint {path}' if path else f'with upgradeMode {mode.value}'}")
+    deploy.enter_deploying(p, op, spec_json(p.spec))

@@ -1,0 +1,165 @@
+"""Upgrade and rollback: rolling out a changed spec, waiting for it to be ready, rolling back.
+
+Pure. Called by ``reconcile.decide.flow`` for a running or stopped job whose
+spec differs from ``status.lastReconciledSpec``, and by the deploy module
+while an upgraded driver starts.
+"""
+
+from __future__ import annotations
+
+import json
+
+from streamjob_operator.api.spec import DesiredState, UpgradeMode
+from streamjob_operator.api.status import LifecycleState, Operation
+
+from ..changes import ChangeKind, changed_fields, classify
+from ..model import DriverPod
+from . import restart, suspend
+from .context import POLL_SECONDS, OpKind, Pass, Phase, RestoreMode, clip, hash_text, spec_dict, spec_hash, spec_json
+
+
+def refuse_repartition(p: Pass) -> bool:
+    """True (and blocked, with an event) when the change needs a state repartition the runtime cannot do."""
+    assert p.st.last_reconciled_spec is not None
+    old = json.loads(p.st.last_reconciled_spec)
+    if classify(old, spec_dict(p.spec)) is not ChangeKind.state_repartition:
+        return False
+    if p.spec.upgrade_mode is UpgradeMode.stateless:
+        return False
+    if p.spec.upgrade_mode is UpgradeMode.savepoint and p.obs.repartition_supported:
+        return False
+    if p.blocked():
+        return True
+    message = (
+        f"spec.statePartitions: changing {old.get('statePartitions')} -> {p.spec.state_partitions} needs an offline "
+        "state repartition from a savepoint, which the installed runtime does not support; the job keeps its "
+        "current spec. Revert the change, or set upgradeMode stateless to start with fresh state."
+    )
+    p.block("StatePartitionsChangeRefused", message)
+    p.emit("Warning", "StatePartitionsChangeRefused", message)
+    return True
+
+
+def start_change(p: Pass) -> bool:
+    """Starts rolling out a changed spec of a running job; True when the pass has done its work."""
+    assert p.st.last_reconciled_spec is not None
+    old = json.loads(p.st.last_reconciled_spec)
+    new = spec_dict(p.spec)
+    kind = classify(old, new)
+    if kind is ChangeKind.ignore:
+        if old != new:
+            p.update(last_reconciled_spec=spec_json(p.spec))
+        return False
+    if p.blocked():
+        return False
+    if refuse_repartition(p):
+        return True
+    if kind is ChangeKind.restart_only:
+        p.emit("Normal", "Restarting", "restartNonce changed: restarting the driver from the latest checkpoint")
+        p.update(last_reconciled_spec=spec_json(p.spec))
+        restart.start_restart(p, "restartNonce changed")
+        return True
+    fields = ", ".join(f for f, k in changed_fields(old, new).items() if k is not ChangeKind.ignore)
+    mode = RestoreMode(p.spec.upgrade_mode.value)
+    if mode is RestoreMode.savepoint and p.spec.savepoint is None:
+        mode = RestoreMode.last_state
+    op = Operation(kind=OpKind.upgrade.value, phase=Phase.stopping.value, target_spec_hash=spec_hash(p.spec),
+                   restore_mode=mode.value, started_at=p.t(), message=clip(f"changed: {fields}"))
+    if mode is RestoreMode.savepoint:
+        assert p.spec.savepoint is not None
+        op = op.model_copy(update={
+            "phase": Phase.savepointing.value,
+            "savepoint_path": p.new_savepoint_path("upgrade"),
+            "trigger": "upgrade",
+            "deadline": p.t(p.spec.savepoint.timeout_seconds),
+        })
+        p.update(last_savepoint_attempt_at=p.t())
+    p.update(
+        operation=op,
+        state=LifecycleState.upgrading,
+        blocked_change=None,
+        last_savepoint_nonce=p.spec.savepoint_nonce,
+        last_restart_nonce=p.spec.restart_nonce,
+    )
+    p.emit("Normal", "Upgrading", clip(f"Rolling out the changed spec ({fields}) with upgradeMode {mode.value}"))
+    p.again(0)
+    return True
+
+
+def stopped_job(p: Pass) -> None:
+    """Failed or Finished: wait for a spec change or a restartNonce."""
+    if p.spec.state is DesiredState.suspended:
+        suspend.suspend_stopped(p)
+        return
+    assert p.st.last_reconciled_spec is not None
+    kind = classify(json.loads(p.st.last_reconciled_spec), spec_dict(p.spec))
+    if kind is ChangeKind.ignore:
+        return
+    p.update(restart_count=0, failure_times=[], last_error=None)
+    if kind is ChangeKind.restart_only:
+        p.emit("Normal", "Restarting", f"restartNonce changed: restarting the {p.st.state.value if p.st.state else ''} job from the latest checkpoint")
+        p.update(last_reconciled_spec=spec_json(p.spec))
+        restart.start_restart(p, "restartNonce changed")
+        return
+    if refuse_repartition(p):
+        return
+    mode = RestoreMode.stateless if p.spec.upgrade_mode is UpgradeMode.stateless else RestoreMode.last_state
+    fields = ", ".join(changed_fields(json.loads(p.st.last_reconciled_spec), spec_dict(p.spec)))
+    p.update(
+        operation=Operation(kind=OpKind.upgrade.value, phase=Phase.stopping.value, target_spec_hash=spec_hash(p.spec),
+                            restore_mode=mode.value, started_at=p.t(), message=clip(f"redeploying a stopped job: {fields}")),
+        state=LifecycleState.upgrading,
+        last_restart_nonce=p.spec.restart_nonce,
+    )
+    p.emit("Normal", "Upgrading", clip(f"Redeploying the stopped job with the changed spec ({fields}), {mode.value}"))
+    p.again(0)
+
+
+def can_roll_back(p: Pass) -> bool:
+    st = p.st
+    return bool(p.spec.rollback.enabled and st.last_stable_spec and st.last_stable_spec != st.last_reconciled_spec)
+
+
+def exited_while_starting(p: Pass, pod: DriverPod) -> None:
+    detail = f": {pod.message}" if pod.message else ""
+    if p.op().kind == OpKind.upgrade.value and can_roll_back(p):
+        start_rollback(p, f"the upgraded driver {pod.name} exited before becoming ready (exit {pod.exit_code}){detail}")
+        return
+    p.update(operation=None, state=LifecycleState.running)  # the next pass applies the restart policy
+    p.again(0)
+
+
+def awaiting_ready(p: Pass) -> None:
+    op = p.op()
+    cur = p.current
+    if p.job_ready():
+        assert cur is not None
+        p.update(operation=None, state=LifecycleState.running, last_stable_spec=p.st.last_reconciled_spec, blocked_change=None)
+        p.emit("Normal", "UpgradeCompleted", f"Driver {cur.name} runs the new spec and completed a batch; it is the new stable spec")
+        return
+    if cur is not None and cur.terminated:
+        exited_while_starting(p, cur)
+        return
+    if cur is None or p.past(op.deadline):
+        start_rollback(
+            p,
+            f"the upgraded job did not become ready within spec.rollback.readinessTimeoutSeconds="
+            f"{p.spec.rollback.readiness_timeout_seconds}s",
+        )
+        return
+    p.again(POLL_SECONDS)
+
+
+def start_rollback(p: Pass, why: str) -> None:
+    op = p.op()
+    p.block("RolledBack", f"Rolled back: {why}. The change is retried on the next spec change or nonce.")
+    path = op.savepoint_path if op.restore_mode == RestoreMode.savepoint.value else None
+    assert p.st.last_stable_spec is not None
+    p.update(
+        operation=Operation(kind=OpKind.rollback.value, phase=Phase.stopping.value, target_spec_hash=hash_text(p.st.last_stable_spec),
+                            savepoint_path=path, restore_mode=op.restore_mode, started_at=p.t(), message=clip(why)),
+        state=LifecycleState.rolling_back,
+        last_error=clip(why),
+    )
+    p.emit("Warning", "RollingBack", f"{why}; rolling back to the last stable spec{f' from savepoint {path}' if path else ''}")
+    p.again(0)
