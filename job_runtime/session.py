@@ -10,6 +10,8 @@ What is set and why:
 - spark.sql.shuffle.partitions = state partitions. Spark pins it into the
   checkpoint's offset log on the first batch and ignores the conf afterwards;
   job_runtime.pinning refuses a run whose request differs from the pin.
+- A --conf that sets a key the runtime owns (job_runtime.sparkconf) is
+  refused, whatever its value; the CRD refuses the same keys at apply time.
 - s3a: endpoint, region, path style; credentials only from the environment
   (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY), never written into a conf.
 - spark-hadoop-cloud's abortable-stream checkpoint file manager for s3a://
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from job_runtime.settings import RuntimeSettings, SettingsError
+from job_runtime.sparkconf import owned
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,8 +40,6 @@ ENV_CREDENTIALS_PROVIDER = "software.amazon.awssdk.auth.credentials.EnvironmentV
 KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 JARS_DIR_ENV = "STREAMJOB_JARS_DIR"
 
-# Confs the runtime owns: a --conf that sets one of them differently is refused.
-OWNED = ("spark.sql.shuffle.partitions", "spark.sql.streaming.stateStore.providerClass")
 SECRET_MARKERS = ("secret", "password", "token", "access.key", "credential")
 
 
@@ -81,9 +82,11 @@ def engine_conf(settings: RuntimeSettings, jars: list[Path] | None = None) -> di
         conf["spark.executor.extraClassPath"] = classpath
         conf["spark.jars"] = ",".join(str(j) for j in jars)
     for key, value in settings.spark_conf:
-        if key in OWNED and conf.get(key) != value:
-            option = "--state-partitions" if key == "spark.sql.shuffle.partitions" else "the runtime"
-            raise SettingsError(f"--conf {key}: is set by {option} ({conf[key]}) and must not be overridden")
+        refused = owned(key)
+        if refused is not None:
+            # the CRD refuses the same keys with the same words (api.spec); a
+            # StreamJob gets here only through a CRD installed before that rule
+            raise SettingsError(f"--conf {key}: {refused.rule}")
         if key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath") and key in conf:
             value = f"{conf[key]}{os.pathsep}{value}"
         conf[key] = value
