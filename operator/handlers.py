@@ -12,27 +12,33 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import kopf
 
-from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, SpecError, StreamJobSpec, parse_spec
+from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, DeletionSpec, SpecError, StreamJobSpec, parse_spec
 from streamjob_operator.api.status import StreamJobStatus
-from streamjob_operator.k8s.act import ActionFailed, Actor, Outcome
+from streamjob_operator.k8s.act import ActionFailed, Actor, Outcome, describe_action
 from streamjob_operator.k8s.clients import Clients, load_api_client
+from streamjob_operator.k8s.errors import describe_error
 from streamjob_operator.k8s.resources import Owner, RuntimeLayout
 from streamjob_operator.reconcile import names
 from streamjob_operator.reconcile.decide import decide
-from streamjob_operator.reconcile.model import Decision
+from streamjob_operator.reconcile.decide.conditions import record_problems
+from streamjob_operator.reconcile.decide.context import FORCE_DELETE_GRACE_SECONDS
+from streamjob_operator.reconcile.model import Decision, Event, Problem
 from streamjob_operator.reconcile.observe import observe
+from streamjob_operator.reconcile.policy import parse_time
 
 log = logging.getLogger("streamjob_operator")
 
 MAX_PASSES = 12  # passes chained in one handler call while each asks to go on at once
 TIMER_SECONDS = 2.0
+FAILED_PASS_RETRY_SECONDS = 5.0
+DELETION_SLACK_SECONDS = 30  # beyond decide's own forced deletion, before the glue gives up on failing passes
 
 
 @dataclass
@@ -68,8 +74,17 @@ def _status_of(body: dict[str, Any]) -> StreamJobStatus:
     return StreamJobStatus.model_validate({k: v for k, v in raw.items() if k in known})
 
 
+class PassFailed(Exception):
+    """A pass that could not observe or write status; what failed is already in status or an event."""
+
+
 def reconcile(namespace: str, name: str) -> Decision | None:
-    """Runs passes for one job until it needs nothing right now; returns the last decision."""
+    """Runs passes for one job until it needs nothing right now; returns the last decision.
+
+    Every error of a pass — reading the world, writing status, acting — is reported
+    in the job's status (``reconcileError`` and the Degraded condition) and as an
+    event within that pass, and raises ``PassFailed`` when the pass could not finish.
+    """
     clients = _clients()
     actor = Actor(clients)
     with _lock(namespace, name):
@@ -80,39 +95,85 @@ def reconcile(namespace: str, name: str) -> Decision | None:
                 return None
             meta = body["metadata"]
             owner = Owner(name, namespace, meta["uid"])
+            generation = int(meta.get("generation") or 1)
             try:
                 spec = parse_spec(body.get("spec"))
             except SpecError as err:
                 raise kopf.PermanentError(str(err)) from None
             status = _status_of(body)
             now = datetime.now(timezone.utc)
-            observations = observe(clients, body, spec, status, now, SETTINGS.repartition_supported)
+            try:
+                observations = observe(clients, body, spec, status, now, SETTINGS.repartition_supported)
+            except Exception as err:
+                _report(actor, owner, status, [describe_error(err, "reading the job's driver pods")], now, generation)
+                raise PassFailed(str(err)) from err
             decision = decide(spec, status, observations, now)
             if decision.status != status:
-                actor.write_status(owner, decision.status)  # the write-ahead log: before any action
-            for event in decision.events:
-                log.log(logging.WARNING if event.type == "Warning" else logging.INFO,
-                        "Recorded event streamjob=%s/%s reason=%s message=%s", namespace, name, event.reason, event.message)
-                actor.emit(owner, event)
-            _act(actor, owner, spec, decision, clients)
+                try:
+                    actor.write_status(owner, decision.status)  # the write-ahead log: before any action
+                except Exception as err:  # nothing may be acted on that status does not record
+                    _post(actor, owner, [Event("Warning", "StatusWriteFailed", describe_error(err, "writing status").message)])
+                    raise PassFailed(str(err)) from err
+            _post(actor, owner, decision.events)
+            problems = _act(actor, owner, spec, decision, clients)
+            if problems:
+                _report(actor, owner, decision.status, problems, now, generation)
+            elif decision.status.reconcile_error is not None and not observations.problems:
+                # the pass that failed before went through: clear the error, and decide Degraded again at once
+                _write(actor, owner, decision.status.model_copy(update={"reconcile_error": None}))
+                log.info("Cleared reconcile error streamjob=%s/%s reason=%s", namespace, name, decision.status.reconcile_error.reason)
+                continue
             if decision.deletion_done or decision.requeue_after != 0:
                 break
         return decision
 
 
-def _act(actor: Actor, owner: Owner, spec: StreamJobSpec, decision: Decision, clients: Clients) -> None:
+def _post(actor: Actor, owner: Owner, events: Iterable[Event]) -> None:
+    for event in events:
+        log.log(logging.WARNING if event.type == "Warning" else logging.INFO,
+                "Recorded event streamjob=%s/%s reason=%s message=%s", owner.namespace, owner.name, event.reason, event.message)
+        actor.emit(owner, event)
+
+
+def _write(actor: Actor, owner: Owner, status: StreamJobStatus) -> None:
+    try:
+        actor.write_status(owner, status)
+    except Exception as err:
+        log.warning("Failed to write status streamjob=%s/%s error=%s", owner.namespace, owner.name, err)
+
+
+def _report(actor: Actor, owner: Owner, status: StreamJobStatus, problems: list[Problem], now: datetime, generation: int) -> None:
+    """What the API server or S3 refused: into status (reconcileError, Degraded) and an event."""
+    for problem in problems:
+        log.warning("Failed pass streamjob=%s/%s reason=%s error=%s", owner.namespace, owner.name, problem.reason, problem.message)
+    reported, events = record_problems(status, problems, now, generation)
+    _write(actor, owner, reported)
+    _post(actor, owner, events)
+
+
+def _act(actor: Actor, owner: Owner, spec: StreamJobSpec, decision: Decision, clients: Clients) -> list[Problem]:
+    """Executes the decided actions; returns what failed (each action is retried by a later pass)."""
     if not decision.actions:
-        return
-    pod_ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in clients.driver_pods(owner.namespace, owner.name)}
+        return []
+    problems: list[Problem] = []
+    try:
+        pods = clients.driver_pods(owner.namespace, owner.name)
+    except Exception as err:
+        return [describe_error(err, "listing the job's driver pods")]
+    pod_ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in pods}
     for action in decision.actions:
         try:
             outcome = actor.execute(owner, spec, action, pod_ips)
         except ActionFailed as err:
-            log.warning("Failed action streamjob=%s/%s action=%s error=%s", owner.namespace, owner.name, type(action).__name__, err)
+            problems.append(Problem(err.reason, str(err)))
+            continue
+        except Exception as err:
+            problems.append(describe_error(err, describe_action(action)))
             continue
         if isinstance(outcome, Outcome) and decision.status.operation is not None:
             op = decision.status.operation.model_copy(update=_python_names(outcome.operation))
-            actor.write_status(owner, decision.status.model_copy(update={"operation": op}))
+            _write(actor, owner, decision.status.model_copy(update={"operation": op}))
+    return problems
 
 
 def _python_names(camel: dict[str, Any]) -> dict[str, Any]:
@@ -136,16 +197,23 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 330
 
 
+def _run(namespace: str, name: str) -> Decision | None:
+    try:
+        return reconcile(namespace, name)
+    except PassFailed as err:  # already in status and an event: retry soon, without a traceback
+        raise kopf.TemporaryError(f"pass failed: {err}", delay=FAILED_PASS_RETRY_SECONDS) from None
+
+
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL)
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL)
 def on_change(namespace: str | None, name: str, **_: Any) -> None:
-    reconcile(namespace or "default", name)
+    _run(namespace or "default", name)
 
 
 @kopf.timer(API_GROUP, API_VERSION, PLURAL, interval=TIMER_SECONDS, sharp=False)
 def on_timer(namespace: str | None, name: str, **_: Any) -> None:
-    reconcile(namespace or "default", name)
+    _run(namespace or "default", name)
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_ROLE: names.ROLE_DRIVER, names.LABEL_MANAGED_BY: names.MANAGED_BY})
@@ -156,7 +224,32 @@ def on_driver_pod(namespace: str | None, labels: Mapping[str, str], type: str, *
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, PLURAL)
-def on_delete(namespace: str | None, name: str, **_: Any) -> None:
-    decision = reconcile(namespace or "default", name)
-    if decision is not None and not decision.deletion_done:
-        raise kopf.TemporaryError("waiting for the driver to stop", delay=max(1.0, decision.requeue_after or 1.0))
+def on_delete(namespace: str | None, name: str, meta: Mapping[str, Any], spec: Mapping[str, Any], **_: Any) -> None:
+    """Deletion is bounded: past spec.deletion.timeoutSeconds (plus the force-delete grace) the finalizer is
+    released even when every pass fails, with an event saying what was skipped."""
+    ns = namespace or "default"
+    try:
+        decision = reconcile(ns, name)
+        if decision is None or decision.deletion_done:
+            return
+        why, delay = "waiting for the driver to stop", max(1.0, decision.requeue_after or 1.0)
+    except PassFailed as err:
+        why, delay = f"the deletion pass failed: {err}", FAILED_PASS_RETRY_SECONDS
+    timeout = _deletion_timeout(spec)
+    requested = parse_time(meta.get("deletionTimestamp"))
+    limit = timedelta(seconds=timeout + FORCE_DELETE_GRACE_SECONDS + DELETION_SLACK_SECONDS)
+    if requested is not None and datetime.now(timezone.utc) >= requested + limit:
+        message = (f"Deletion did not finish within spec.deletion.timeoutSeconds={timeout}s ({why}); released the finalizer. "
+                   "Skipped: stopping the driver and deleting the job's objects through the operator; Kubernetes garbage "
+                   "collection deletes them through their owner references. Savepoints and checkpoints in S3 are kept.")
+        log.warning("Released finalizer streamjob=%s/%s reason=DeletionTimedOut why=%s", ns, name, why)
+        Actor(_clients()).emit(Owner(name, ns, str(meta.get("uid") or "")), Event("Warning", "DeletionTimedOut", message))
+        return
+    raise kopf.TemporaryError(why, delay=delay)
+
+
+def _deletion_timeout(spec: Mapping[str, Any]) -> int:
+    try:
+        return parse_spec(dict(spec)).deletion.timeout_seconds
+    except SpecError:
+        return int(DeletionSpec.model_fields["timeout_seconds"].default)

@@ -14,7 +14,8 @@ from pydantic import Field
 from job_runtime.jobdef import Model
 
 MAX_SAVEPOINT_HISTORY = 100  # >= spec.savepoint.retention.count's maximum, so retention alone bounds it
-MAX_FAILURE_TIMES = 50
+MAX_FAILURES = 100  # spec.restartPolicy.maxFailures' maximum
+MAX_FAILURE_TIMES = MAX_FAILURES + 1  # FailureRate is exhausted at maxFailures + 1 failures in the window: all are kept
 MAX_MESSAGE = 1024
 
 
@@ -82,6 +83,20 @@ class Operation(Model):
     )
     trigger: str | None = Field(default=None, description="Why the savepoint is taken: upgrade, suspend, manual, periodic or delete.")
     trigger_id: str | None = Field(default=None, alias="triggerId", description="The driver's id of the savepoint request.")
+    target_spec: str | None = Field(
+        default=None, alias="targetSpec",
+        description="JSON of the spec this operation rolls out, as it was checked when the operation started; "
+        "an edit made meanwhile is rolled out after it.",
+    )
+
+
+class ReconcileError(Model):
+    """What the last pass could not read or do (an API or S3 error); cleared by the next pass that succeeds."""
+
+    reason: str = Field(max_length=128, description="CamelCase, e.g. DriverPodRefused, S3CredentialsMissing, ApiError.")
+    message: str = Field(default="", max_length=MAX_MESSAGE, description="What failed, with the API server's or S3's own message.")
+    time: str | None = Field(default=None, description="When it was first seen (RFC 3339).")
+    count: int = Field(default=1, description="Consecutive passes that failed this way.")
 
 
 class BlockedChange(Model):
@@ -129,4 +144,8 @@ class StreamJobStatus(Model):
     )
     blocked_change: BlockedChange | None = Field(
         default=None, alias="blockedChange", description="A spec change that was not rolled out and why; retried on the next spec change or nonce."
+    )
+    reconcile_error: ReconcileError | None = Field(
+        default=None, alias="reconcileError",
+        description="An API server or S3 error of the last pass; it also sets the Degraded condition and is posted as an event.",
     )

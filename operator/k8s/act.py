@@ -40,7 +40,26 @@ COMPONENT = "streamjob-operator"
 
 
 class ActionFailed(Exception):
-    """An action that could not be done now; the pass is retried."""
+    """An action that could not be done now; reported in status and an event, and retried by a later pass."""
+
+    def __init__(self, message: str, reason: str = "ActionFailed") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def describe_action(action: Action) -> str:
+    """What an action does, for error messages: "creating driver pod wc-driver-2"."""
+    if isinstance(action, CreateDriver):
+        return f"creating driver pod {action.pod}"
+    if isinstance(action, DeleteDriver):
+        return f"deleting driver pod {action.pod}"
+    if isinstance(action, TriggerSavepoint):
+        return f"asking driver {action.pod} for a savepoint at {action.path}"
+    if isinstance(action, DeleteSavepoint):
+        return f"pruning savepoint {action.path}"
+    if isinstance(action, EnsureSupportObjects):
+        return "creating the driver's token Secret, Service and service account"
+    return "deleting the job's objects"
 
 
 @dataclass(frozen=True)
@@ -147,12 +166,12 @@ class Actor:
 
     def trigger_savepoint(self, owner: Owner, action: TriggerSavepoint, pod_ip: str | None) -> Outcome | None:
         if not pod_ip:
-            raise ActionFailed(f"driver pod {action.pod} has no IP yet")
+            raise ActionFailed(f"driver pod {action.pod} has no IP yet", "DriverUnreachable")
         try:
             reply = self.clients.driver_call(pod_ip, owner.namespace, owner.name, "POST", "/savepoints",
                                              {"path": action.path, "stop": action.stop})
         except DriverUnreachable as err:
-            raise ActionFailed(f"could not ask driver {action.pod} for a savepoint: {err}") from None
+            raise ActionFailed(f"could not ask driver {action.pod} for a savepoint: {err}", "DriverUnreachable") from None
         if reply.status == 202:
             log.info("Triggered savepoint streamjob=%s/%s pod=%s path=%s stop=%s id=%s",
                      owner.namespace, owner.name, action.pod, action.path, action.stop, reply.body.get("id"))
@@ -162,15 +181,14 @@ class Actor:
             for sp in reversed(listing.body.get("savepoints") or []):
                 if sp.get("path") == action.path:
                     return Outcome({"triggerId": str(sp.get("id"))})
-        raise ActionFailed(f"driver {action.pod} refused the savepoint: HTTP {reply.status} {reply.body.get('error', '')}")
+        raise ActionFailed(f"driver {action.pod} refused the savepoint: HTTP {reply.status} {reply.body.get('error', '')}",
+                           "SavepointRefused")
 
     def delete_savepoint(self, owner: Owner, spec: StreamJobSpec, action: DeleteSavepoint) -> None:
         from job_runtime.savepoint import delete_savepoint
 
-        try:
-            delete_savepoint(action.path, s3_config=self.clients.s3_config(owner.namespace, spec))
-        except Exception as err:  # a leftover savepoint costs storage, not correctness
-            log.warning("Failed to prune savepoint streamjob=%s/%s path=%s error=%s", owner.namespace, owner.name, action.path, err)
+        delete_savepoint(action.path, s3_config=self.clients.s3_config(owner.namespace, spec))
+        log.info("Pruned savepoint streamjob=%s/%s path=%s", owner.namespace, owner.name, action.path)
 
     def delete_owned(self, owner: Owner) -> None:
         core, rbac, ns = self.clients.core, self.clients.rbac, owner.namespace

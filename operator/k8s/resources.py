@@ -205,13 +205,14 @@ def runtime_args(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout
         "--control-address", f"$(POD_IP):{layout.control_port}",
         "--token-file", f"{TOKEN_MOUNT}/{TOKEN_KEY}",
         "--termination-message-file", "/dev/termination-log",
+        "--owner-uid", owner.uid,
     ]
     if action.restore_from:
         args += ["--restore-from", action.restore_from]
     if spec.allow_non_restored_state:
         args.append("--allow-non-restored-state")
     if spec.savepoint is not None:
-        args += ["--savepoint-location", f"{spec.savepoint.location.rstrip('/')}/{owner.namespace}/{owner.name}"]
+        args += ["--savepoint-location", spec.savepoint.location]
     if spec.s3 is not None:
         if spec.s3.endpoint:
             args += ["--s3-endpoint", spec.s3.endpoint]

@@ -20,6 +20,7 @@ class ChangeKind(IntEnum):
     restart_only = 1  # restart the driver from the latest checkpoint
     savepoint_redeploy = 2  # roll out by spec.upgradeMode (savepoint, last-state, stateless)
     state_repartition = 3  # state partitions: savepoint + offline repartition, or refused
+    savepoint_restore = 4  # savepointRedeployNonce: discard the current state, restore initialSavepointPath
 
 
 CHANGE_TABLE: dict[str, ChangeKind] = {
@@ -34,6 +35,7 @@ CHANGE_TABLE: dict[str, ChangeKind] = {
     "s3": ChangeKind.savepoint_redeploy,
     "statePartitions": ChangeKind.state_repartition,
     "restartNonce": ChangeKind.restart_only,
+    "savepointRedeployNonce": ChangeKind.savepoint_restore,
     # read when needed, no redeploy
     "savepoint": ChangeKind.ignore,
     "upgradeMode": ChangeKind.ignore,

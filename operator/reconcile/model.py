@@ -47,6 +47,10 @@ class DriverPod:
     exit_code: int | None = None
     exit_kind: ExitKind | None = None
     message: str = ""  # termination message or log tail; never secrets (the runtime prints none)
+    waiting_reason: str | None = None  # why a pending pod does not start: ErrImagePull, Unschedulable, ...
+    deletion_deadline: datetime | None = None  # metadata.deletionTimestamp: when the pod should be gone
+    savepoint_path: str | None = None  # the savepoint the runtime reported in its termination message
+    savepoint_batch: int | None = None
 
     @property
     def terminated(self) -> bool:
@@ -100,12 +104,21 @@ class SavepointManifest:
 
 
 @dataclass(frozen=True)
+class Problem:
+    """Something a pass could not read or do; it surfaces as the Degraded condition and an event."""
+
+    reason: str  # CamelCase, e.g. S3CredentialsMissing, DriverPodRefused
+    message: str
+
+
+@dataclass(frozen=True)
 class Observations:
     """Everything a pass knows about the world; ``None`` means "not looked at this pass"."""
 
     name: str
     namespace: str
     generation: int = 1
+    uid: str = ""
     deleting: bool = False
     drivers: tuple[DriverPod, ...] = ()
     job: JobProgress | None = None
@@ -113,6 +126,7 @@ class Observations:
     manifest: SavepointManifest | None = None  # at status.operation.savepointPath
     checkpoint_batch: int | None = None  # latest completed batch of status.checkpointLocation
     repartition_supported: bool = False  # the runtime can restore into another state-partition count
+    problems: tuple[Problem, ...] = ()  # what observe could not read (reported by the glue, not decided on)
 
 
 # --- actions: what act() does; CreateDriver, DeleteDriver and a stopping TriggerSavepoint are disruptive

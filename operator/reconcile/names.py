@@ -56,13 +56,20 @@ def driver_role(job: str) -> str:
     return _fit(job, "driver")
 
 
-def checkpoint_location(base: str, epoch: int) -> str:
-    """A fresh checkpoint location per seeded state (first deploy, savepoint restore, stateless)."""
-    return f"{base.rstrip('/')}/run-{epoch}"
+def checkpoint_location(base: str, job: str, uid: str, epoch: int) -> str:
+    """A fresh checkpoint location per seeded state (first deploy, savepoint restore, stateless).
+
+    Under a directory of this job's own (name and UID): two StreamJobs given the same
+    spec.checkpoint.location, or a job deleted and created again under its old name,
+    never write one checkpoint (the runtime's ownership marker checks it too).
+    """
+    owner = f"{job}-{uid[:8]}" if uid else job
+    return f"{base.rstrip('/')}/{owner}/run-{epoch}"
 
 
-def savepoint_path(location: str, namespace: str, job: str, trigger: str, at: datetime) -> str:
-    return f"{location.rstrip('/')}/{namespace}/{job}/savepoint-{at.strftime('%Y%m%dT%H%M%SZ')}-{trigger}"
+def savepoint_path(location: str, job: str, trigger: str, at: datetime) -> str:
+    """``<spec.savepoint.location>/<job>-<UTC time>-<trigger>``: the location is usually per job already."""
+    return f"{location.rstrip('/')}/{job}-{at.strftime('%Y%m%dT%H%M%SZ')}-{trigger}"
 
 
 def job_labels(job: str) -> dict[str, str]:

@@ -19,6 +19,7 @@ from job_runtime.exitcodes import Outcome, classify
 from streamjob_operator.api.spec import StreamJobSpec
 from streamjob_operator.api.status import StreamJobStatus
 from streamjob_operator.k8s.clients import Clients, DriverUnreachable
+from streamjob_operator.k8s.errors import describe_error
 from streamjob_operator.reconcile import names
 from streamjob_operator.reconcile.model import (
     DriverPod,
@@ -26,6 +27,7 @@ from streamjob_operator.reconcile.model import (
     JobProgress,
     Observations,
     PodPhase,
+    Problem,
     SavepointManifest,
     SavepointProgress,
     SavepointState,
@@ -68,12 +70,43 @@ def termination_message(raw: str | None) -> str:
     return "\n".join(lines[-5:])[-MESSAGE_TAIL:]
 
 
+# Waiting reasons that mean the container will not start without a change (image, config, scheduling)
+STUCK_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+                 "CreateContainerError", "RunContainerError", "CrashLoopBackOff")
+
+
+def reported_savepoint(raw: str | None) -> tuple[str | None, int | None]:
+    """The savepoint the runtime wrote into its termination message on a stop-with-savepoint (exit 10)."""
+    try:
+        data = json.loads(raw or "")
+    except ValueError:
+        return None, None
+    savepoint = data.get("savepoint") if isinstance(data, dict) else None
+    if not isinstance(savepoint, dict) or savepoint.get("state") not in (None, "COMPLETED") or not savepoint.get("path"):
+        return None, None
+    batch = savepoint.get("batchId")
+    return str(savepoint["path"]), int(batch) if isinstance(batch, int) else None
+
+
+def waiting_reason(status: dict[str, Any]) -> tuple[str | None, str]:
+    """Why a pod that is not running does not start: a container's waiting reason, or the scheduler's."""
+    for cs in status.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in STUCK_REASONS:
+            return str(waiting["reason"]), str(waiting.get("message") or "")[-MESSAGE_TAIL:]
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason"):
+            return str(cond["reason"]), str(cond.get("message") or "")[-MESSAGE_TAIL:]
+    return None, ""
+
+
 def driver_pod(pod: dict[str, Any]) -> DriverPod:
     meta = pod.get("metadata", {})
     status = pod.get("status", {})
     phase = PodPhase(status.get("phase") or "Pending") if (status.get("phase") or "Pending") in PodPhase._value2member_map_ else PodPhase.unknown
     code: int | None = None
     message = ""
+    savepoint: tuple[str | None, int | None] = (None, None)
     for cs in status.get("containerStatuses") or []:
         if cs.get("name") != "driver":
             continue
@@ -81,11 +114,14 @@ def driver_pod(pod: dict[str, Any]) -> DriverPod:
         if terminated:
             code = int(terminated.get("exitCode", 1))
             message = termination_message(terminated.get("message")) or str(terminated.get("reason") or "")
+            savepoint = reported_savepoint(terminated.get("message"))
             if code > 128:  # killed by a signal: the log tail is not the cause
                 message = f"killed by signal {code - 128} ({terminated.get('reason') or 'no reason given'}); last output: {message}"
-        waiting = (cs.get("state") or {}).get("waiting")
-        if waiting and waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError"):
-            message = f"{waiting.get('reason')}: {waiting.get('message', '')}"[-MESSAGE_TAIL:]
+    reason: str | None = None
+    if code is None and phase in (PodPhase.pending, PodPhase.unknown):
+        reason, detail = waiting_reason(status)
+        if reason:
+            message = f"{reason}: {detail}" if detail else reason
     if code is not None and phase not in (PodPhase.failed, PodPhase.succeeded):
         phase = PodPhase.succeeded if code == 0 else PodPhase.failed
     epoch = (meta.get("labels") or {}).get(names.LABEL_EPOCH)
@@ -97,6 +133,10 @@ def driver_pod(pod: dict[str, Any]) -> DriverPod:
         exit_code=code,
         exit_kind=exit_kind(code) if code is not None else None,
         message=message,
+        waiting_reason=reason,
+        deletion_deadline=parse_time(meta.get("deletionTimestamp")),
+        savepoint_path=savepoint[0],
+        savepoint_batch=savepoint[1],
     )
 
 
@@ -162,12 +202,13 @@ def observe(
     needs_s3 = (savepointing and op is not None and op.savepoint_path) or (
         status.checkpoint_location and (current is None or current.terminated) and status.driver_pod
     )
+    problems: list[Problem] = []
     s3 = None
     if needs_s3:
         try:
             s3 = clients.s3_config(namespace, spec)
-        except Exception as err:  # a missing Secret must not stop the loop; the operation's deadline bounds it
-            log.warning("Could not read S3 credentials streamjob=%s/%s error=%s", namespace, name, err)
+        except Exception as err:  # a missing Secret must not stop the loop: it is reported, the deadlines bound the wait
+            problems.append(describe_error(err, "reading the S3 credentials of spec.s3.credentialsSecret"))
     if s3 is not None and savepointing and op is not None and op.savepoint_path:
         from job_runtime.savepoint import SavepointError, inspect_savepoint
 
@@ -175,9 +216,9 @@ def observe(
             m = inspect_savepoint(op.savepoint_path, s3_config=s3)
             manifest = SavepointManifest(op.savepoint_path, m.batch_id, m.created_at.isoformat())
         except SavepointError:
-            pass
+            pass  # no manifest (yet): no savepoint
         except Exception as err:
-            log.debug("Could not read savepoint manifest path=%s error=%s", op.savepoint_path, err)
+            problems.append(describe_error(err, f"reading the savepoint manifest at {op.savepoint_path}"))
 
     checkpoint_batch: int | None = None
     if s3 is not None and status.checkpoint_location and (current is None or current.terminated):
@@ -186,12 +227,13 @@ def observe(
         try:
             checkpoint_batch = latest_completed_batch(status.checkpoint_location, s3=s3)
         except Exception as err:
-            log.debug("Could not read checkpoint location=%s error=%s", status.checkpoint_location, err)
+            problems.append(describe_error(err, f"reading the checkpoint at {status.checkpoint_location}"))
 
     return Observations(
         name=name,
         namespace=namespace,
         generation=int(meta.get("generation") or 1),
+        uid=str(meta.get("uid") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
         drivers=drivers,
         job=job,
@@ -199,4 +241,5 @@ def observe(
         manifest=manifest,
         checkpoint_batch=checkpoint_batch,
         repartition_supported=repartition_supported,
+        problems=tuple(problems),
     )

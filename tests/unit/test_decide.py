@@ -43,6 +43,12 @@ NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 T0 = fmt_time(NOW)
 SP_BASE = "s3://streamjob/savepoints/ns/wc"
 CK = "s3a://streamjob/checkpoints/wc"
+UID = "1234abcd-5678-90ef-1234-567890abcdef"
+
+
+def fresh(epoch: int) -> str:
+    """The checkpoint location decide creates for a new seeded state: under the job's own name-uid directory."""
+    return f"{CK}/wc-1234abcd/run-{epoch}"
 
 
 def at(seconds: float) -> str:
@@ -104,7 +110,7 @@ NOT_READY = JobProgress(reachable=True, ready=False, run_id="r2", query_id="q1")
 
 
 def obs(*drivers: DriverPod, job: JobProgress | None = READY, **kw: Any) -> Observations:
-    return Observations(name="wc", namespace="ns", generation=kw.pop("generation", 2), drivers=tuple(drivers), job=job, **kw)
+    return Observations(name="wc", namespace="ns", uid=UID, generation=kw.pop("generation", 2), drivers=tuple(drivers), job=job, **kw)
 
 
 @dataclass
@@ -158,7 +164,7 @@ CASES = [
         BASE, StreamJobStatus(), obs(job=None),
         Expect(state=LifecycleState.deploying, op=("deploy", "Deploying"),
                actions=[EnsureSupportObjects(None),
-                        CreateDriver("wc-driver-1", 1, OLD_JSON, f"{CK}/run-1", None, hash_text(OLD_JSON))],
+                        CreateDriver("wc-driver-1", 1, OLD_JSON, fresh(1), None, hash_text(OLD_JSON))],
                events=["Deploying", "DriverCreated"],
                status={"driver_pod": "wc-driver-1", "driver_epoch": 1, "last_reconciled_spec": OLD_JSON},
                conditions={"Ready": ("False", "Deploying"), "Progressing": ("True", "Deploying")}),
@@ -167,7 +173,7 @@ CASES = [
     pytest.param(
         make_spec(initialSavepointPath="s3://other/sp-1"), StreamJobStatus(), obs(job=None),
         Expect(op=("deploy", "Deploying"), actions=[EnsureSupportObjects, CreateDriver],
-               status={"restored_from": "s3://other/sp-1", "checkpoint_location": f"{CK}/run-1"}),
+               status={"restored_from": "s3://other/sp-1", "checkpoint_location": fresh(1)}),
         id="a new job with initialSavepointPath restores it into a fresh checkpoint location",
     ),
     pytest.param(
@@ -198,10 +204,15 @@ CASES = [
     # --- running -----------------------------------------------------------------------
     pytest.param(
         BASE, running(ready=False, restart_count=2), obs(pod()),
-        Expect(state=LifecycleState.running, op=None, actions=[], events=["JobReady"],
+        Expect(state=LifecycleState.running, op=None, actions=[], events=["RestartCountReset", "JobReady"],
                status={"ready": True, "restart_count": 0},
                conditions={"Ready": ("True", "Running"), "Degraded": ("False", "AsExpected")}),
-        id="a running job that completes a batch is ready and its restart count is reset",
+        id="a restarted job ready for resetAfterSeconds since its deploy has its restart count reset",
+    ),
+    pytest.param(
+        BASE, running(ready=False, restart_count=2, deployed_at=at(-599)), obs(pod()),
+        Expect(state=LifecycleState.running, op=None, actions=[], events=["JobReady"], status={"ready": True, "restart_count": 2}),
+        id="a restarted job ready for less than resetAfterSeconds keeps counting towards maxRestarts",
     ),
     pytest.param(
         BASE, running(), obs(pod()),
@@ -351,7 +362,7 @@ CASES = [
                 trigger="upgrade", restore_mode="savepoint"),
         obs(job=None),
         Expect(state=LifecycleState.upgrading, op=("upgrade", "Deploying"),
-               actions=[EnsureSupportObjects(None), CreateDriver("wc-driver-2", 2, NEW_JSON, f"{CK}/run-2", UPGRADE_SP, hash_text(NEW_JSON))],
+               actions=[EnsureSupportObjects(None), CreateDriver("wc-driver-2", 2, NEW_JSON, fresh(2), UPGRADE_SP, hash_text(NEW_JSON))],
                status={"last_reconciled_spec": NEW_JSON, "last_stable_spec": OLD_JSON}),
         id="with the old driver gone the new spec restores the upgrade savepoint into a fresh checkpoint",
     ),
@@ -404,7 +415,7 @@ CASES = [
                 kind="rollback", phase="Stopping", savepoint_path=UPGRADE_SP, restore_mode="savepoint"),
         obs(job=None),
         Expect(op=("rollback", "Deploying"),
-               actions=[EnsureSupportObjects(None), CreateDriver("wc-driver-3", 3, OLD_JSON, f"{CK}/run-3", UPGRADE_SP, hash_text(OLD_JSON))]),
+               actions=[EnsureSupportObjects(None), CreateDriver("wc-driver-3", 3, OLD_JSON, fresh(3), UPGRADE_SP, hash_text(OLD_JSON))]),
         id="a rollback redeploys the last stable spec from the upgrade savepoint",
     ),
     pytest.param(
@@ -479,7 +490,7 @@ CASES = [
         with_op(running(make_spec(upgradeMode="stateless"), state=LifecycleState.upgrading), kind="upgrade", phase="Stopping",
                 restore_mode="stateless"),
         obs(job=None),
-        Expect(op=("upgrade", "Deploying"), status={"checkpoint_location": f"{CK}/run-2", "restored_from": None}),
+        Expect(op=("upgrade", "Deploying"), status={"checkpoint_location": fresh(2), "restored_from": None}),
         id="a stateless upgrade starts with fresh state",
     ),
     pytest.param(
@@ -529,7 +540,7 @@ CASES = [
                 last_savepoint=SavepointInfo(path=f"{SP_BASE}/s", batch_id=50, trigger="suspend")),
         obs(job=None),
         Expect(state=LifecycleState.deploying, op=("resume", "Deploying"), events=["Resuming", "DriverCreated"],
-               status={"restored_from": f"{SP_BASE}/s", "checkpoint_location": f"{CK}/run-2"}),
+               status={"restored_from": f"{SP_BASE}/s", "checkpoint_location": fresh(2)}),
         id="resuming restores the suspend savepoint",
     ),
     pytest.param(
@@ -734,6 +745,6 @@ def test_a_whole_savepoint_upgrade_converges_pass_by_pass() -> None:
             break
     assert status.operation is None
     assert status.driver_pod == "wc-driver-2" and list(world) == ["wc-driver-2"]
-    assert status.restored_from is not None and status.restored_from.startswith(f"{SP_BASE}/savepoint-")
+    assert status.restored_from is not None and status.restored_from.startswith("s3://streamjob/savepoints/wc-")
     assert status.last_savepoint is not None and status.last_savepoint.trigger == "upgrade"
     assert json.loads(status.last_reconciled_spec or "{}")["image"].endswith(":0.2.0")

@@ -1,14 +1,21 @@
 """Conditions and progress: what status says about the job after a pass (Ready, Progressing, Degraded, Savepointing).
 
 Pure. Called by ``reconcile.decide.flow``: ``record_progress`` first (what the
-driver reported), ``conditions`` last (observations of the decided status,
-set on every pass, transition times kept while a status holds).
+driver reported, and what observe could not read), ``conditions`` last
+(observations of the decided status, set on every pass, transition times kept
+while a status holds). ``record_problems`` is called by the kopf glue after
+acting, with what the API server or S3 refused.
 """
 
 from __future__ import annotations
 
-from streamjob_operator.api.status import CheckpointInfo, Condition, JobMetrics, LifecycleState
+from collections.abc import Sequence
+from datetime import datetime
 
+from streamjob_operator.api.status import CheckpointInfo, Condition, JobMetrics, LifecycleState, ReconcileError, StreamJobStatus
+
+from ..model import Event, Problem
+from ..policy import fmt_time
 from .context import PROGRESS_REASON, OpKind, Pass, Phase, clip
 
 ORDER = ["Ready", "Progressing", "Degraded", "Savepointing"]
@@ -36,6 +43,31 @@ def record_progress(p: Pass) -> None:
     last = p.st.last_checkpoint
     if batch is not None and (last is None or last.batch_id != batch):
         p.update(last_checkpoint=CheckpointInfo(batch_id=batch, time=p.t()))
+    if p.obs.problems:
+        error, event = merge_problems(p.st.reconcile_error, p.obs.problems, p.now)
+        p.update(reconcile_error=error)
+        if event is not None:
+            p.events.append(event)
+
+
+def merge_problems(prior: ReconcileError | None, problems: Sequence[Problem], now: datetime) -> tuple[ReconcileError, Event | None]:
+    """The first problem becomes status.reconcileError; an event is posted when its reason is new."""
+    first = problems[0]
+    more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+    message = clip(first.message + more)
+    if prior is not None and prior.reason == first.reason:
+        return prior.model_copy(update={"message": message, "count": prior.count + 1}), None
+    error = ReconcileError(reason=first.reason, message=message, time=fmt_time(now), count=1)
+    return error, Event("Warning", first.reason, message)
+
+
+def record_problems(status: StreamJobStatus, problems: Sequence[Problem], now: datetime, generation: int) -> tuple[StreamJobStatus, tuple[Event, ...]]:
+    """After acting: what the API server or S3 refused goes into status (reconcileError, Degraded) and an event."""
+    error, event = merge_problems(status.reconcile_error, problems, now)
+    status = status.model_copy(update={"reconcile_error": error})
+    if status.state is not LifecycleState.failed:
+        status = with_condition(status, "Degraded", "True", error.reason, error.message, generation, fmt_time(now))
+    return status, (event,) if event is not None else ()
 
 
 def conditions(p: Pass) -> None:
@@ -65,6 +97,9 @@ def conditions(p: Pass) -> None:
         set_condition(p, "Progressing", "False", "Reconciled", f"Generation {p.obs.generation} is rolled out")
 
     existing = find(p, "Degraded")
+    cur = p.current
+    starting = op is not None and op.phase in (Phase.deploying.value, Phase.awaiting_ready.value)
+    stuck = cur.waiting_reason if cur is not None and cur.alive and starting else None
     if st.state is LifecycleState.failed:
         if p.failure is not None:
             set_condition(p, "Degraded", "True", *p.failure)
@@ -72,6 +107,13 @@ def conditions(p: Pass) -> None:
             set_condition(p, "Degraded", "True", "Failed", st.last_error or "The job failed")
         else:
             set_condition(p, "Degraded", "True", existing.reason, existing.message)
+    elif st.reconcile_error is not None:
+        set_condition(p, "Degraded", "True", st.reconcile_error.reason, st.reconcile_error.message)
+    elif stuck is not None and cur is not None:
+        message = f"Driver pod {cur.name} cannot start: {cur.message}; given up at {op.deadline if op else None}"
+        if existing is None or existing.reason != stuck:
+            p.emit("Warning", stuck, message)
+        set_condition(p, "Degraded", "True", stuck, message)
     elif st.blocked_change is not None:
         set_condition(p, "Degraded", "True", st.blocked_change.reason, st.blocked_change.message)
     elif st.restart_count > 0 and not ready:
@@ -96,16 +138,21 @@ def find(p: Pass, type_: str) -> Condition | None:
 
 
 def set_condition(p: Pass, type_: str, status: str, reason: str, message: str) -> None:
-    prior = find(p, type_)
+    p.st = with_condition(p.st, type_, status, reason, message, p.obs.generation, p.t())
+
+
+def with_condition(st: StreamJobStatus, type_: str, status: str, reason: str, message: str, generation: int, now: str) -> StreamJobStatus:
+    """Sets one condition; its transition time moves only when its status changes."""
+    prior = next((c for c in st.conditions if c.type == type_), None)
     changed = prior is None or prior.status != status
     new = Condition(
         type=type_,
         status=status,
         reason=reason,
         message=clip(message),
-        observed_generation=p.obs.generation,
-        last_transition_time=p.t() if changed or prior is None else prior.last_transition_time,
+        observed_generation=generation,
+        last_transition_time=now if changed or prior is None else prior.last_transition_time,
     )
-    others = [c for c in p.st.conditions if c.type != type_]
+    others = [c for c in st.conditions if c.type != type_]
     merged = sorted(others + [new], key=lambda c: ORDER.index(c.type) if c.type in ORDER else len(ORDER))
-    p.update(conditions=merged)
+    return st.model_copy(update={"conditions": merged})

@@ -24,6 +24,7 @@ from ..policy import fmt_time, parse_time
 
 POLL_SECONDS = 2.0  # while an operation waits on the world
 FORCE_DELETE_GRACE_SECONDS = 30  # after the deletion deadline, how long force-deleted pods may linger
+STUCK_TERMINATING_SECONDS = 60  # a pod still there this long after its grace period is on a lost node: force-delete it
 
 
 class OpKind(str, Enum):
@@ -165,10 +166,11 @@ class Pass:
         block = self.st.blocked_change
         return block is not None and block.spec_hash == spec_hash(self.spec)
 
-    def block(self, reason: str, message: str) -> None:
+    def block(self, reason: str, message: str, target_hash: str | None = None) -> None:
+        """Records that a change was not rolled out: the current spec's, or the operation's target."""
         self.update(
             blocked_change=BlockedChange(
-                spec_hash=spec_hash(self.spec),
+                spec_hash=target_hash or spec_hash(self.spec),
                 savepoint_nonce=self.spec.savepoint_nonce,
                 restart_nonce=self.spec.restart_nonce,
                 reason=reason,
@@ -178,7 +180,7 @@ class Pass:
 
     def new_savepoint_path(self, trigger: str) -> str:
         assert self.spec.savepoint is not None
-        return names.savepoint_path(self.spec.savepoint.location, self.obs.namespace, self.obs.name, trigger, self.now)
+        return names.savepoint_path(self.spec.savepoint.location, self.obs.name, trigger, self.now)
 
     # --- the result ------------------------------------------------------------------------
     def decision(self) -> Decision:

@@ -48,16 +48,18 @@ def enter_deploying(p: Pass, op: Operation, deploy_spec_json: str) -> None:
     base = deploy_spec.checkpoint.location
     restored: str | None
     if mode is RestoreMode.savepoint and op.savepoint_path:
-        checkpoint, restored = names.checkpoint_location(base, epoch), op.savepoint_path
+        checkpoint, restored = names.checkpoint_location(base, p.obs.name, p.obs.uid, epoch), op.savepoint_path
         how = f"restoring savepoint {restored} into {checkpoint}"
     elif mode is RestoreMode.last_state and p.st.checkpoint_location:
         checkpoint, restored = p.st.checkpoint_location, p.st.restored_from
         batch = p.st.last_checkpoint.batch_id if p.st.last_checkpoint else None
         how = f"resuming checkpoint {checkpoint}{f' after batch {batch}' if batch is not None else ''}"
     else:
-        checkpoint, restored = names.checkpoint_location(base, epoch), None
+        checkpoint, restored = names.checkpoint_location(base, p.obs.name, p.obs.uid, epoch), None
         how = f"with fresh state at {checkpoint}"
     pod = names.driver_pod(p.obs.name, epoch)
+    # one deadline for the whole way from pod creation to a running driver (and, for upgrades, to the first batch)
+    deadline = p.t(deploy_spec.rollback.readiness_timeout_seconds)
     p.update(
         driver_epoch=epoch,
         driver_pod=pod,
@@ -65,7 +67,7 @@ def enter_deploying(p: Pass, op: Operation, deploy_spec_json: str) -> None:
         restored_from=restored,
         deployed_at=p.t(),
         last_reconciled_spec=deploy_spec_json,
-        operation=op.model_copy(update={"phase": Phase.deploying.value}),
+        operation=op.model_copy(update={"phase": Phase.deploying.value, "deadline": deadline}),
         state=STATE_OF_KIND[OpKind(op.kind)],
         ready=False,
         job=None,
@@ -96,7 +98,14 @@ def deploying(p: Pass) -> None:
     cur = p.current
     if delete_strays(p):
         return
-    if cur is None:  # recorded but not (yet) created, e.g. the operator died in between
+    if op.deadline is None:  # recorded by an operator that set no deadline here
+        p.op_update(deadline=p.t(p.spec.rollback.readiness_timeout_seconds))
+        op = p.op()
+    if cur is None:  # recorded but not (yet) created, e.g. the operator died in between, or the API refused it
+        if p.past(op.deadline):
+            not_started(p, f"driver pod {p.st.driver_pod} could not be created by {op.deadline}"
+                        f"{f' ({p.st.reconcile_error.message})' if p.st.reconcile_error else ''}")
+            return
         spec = StreamJobSpec.model_validate(json.loads(p.st.last_reconciled_spec or "{}"))
         p.actions.append(EnsureSupportObjects(spec.service_account_name))
         p.actions.append(create_driver(p))
@@ -106,11 +115,15 @@ def deploying(p: Pass) -> None:
         upgrade.exited_while_starting(p, cur)
         return
     if cur.phase is not PodPhase.running or cur.deleting:
+        if p.past(op.deadline):
+            why = f": {cur.message}" if cur.message else f" (phase {cur.phase.value})"
+            not_started(p, f"driver pod {cur.name} did not start by {op.deadline}{why}")
+            return
         p.again(POLL_SECONDS)
         return
     kind = OpKind(op.kind)
     if kind is OpKind.upgrade and upgrade.can_roll_back(p):
-        p.op_update(phase=Phase.awaiting_ready.value, deadline=p.t(p.spec.rollback.readiness_timeout_seconds))
+        p.op_update(phase=Phase.awaiting_ready.value)  # the deadline set at creation covers the first batch too
         p.again(POLL_SECONDS)
         return
     p.update(operation=None, state=LifecycleState.running, next_restart_at=None)
@@ -122,3 +135,14 @@ def deploying(p: Pass) -> None:
     else:
         p.emit("Normal", "DriverStarted", f"Driver {cur.name} is running")
     p.again(POLL_SECONDS)
+
+
+def not_started(p: Pass, why: str) -> None:
+    """The deploy deadline passed before the driver ran: roll an upgrade back, otherwise count a failure."""
+    from . import restart
+
+    limit = f"spec.rollback.readinessTimeoutSeconds={p.spec.rollback.readiness_timeout_seconds}s"
+    if p.op().kind == OpKind.upgrade.value and upgrade.can_roll_back(p):
+        upgrade.start_rollback(p, f"the upgraded driver did not start within {limit}: {why}")
+        return
+    restart.count_failure(p, p.st.driver_pod or "driver", f"{why} (deadline {limit})", reason="DriverNotStarted")

@@ -12,10 +12,10 @@ from datetime import timedelta
 from streamjob_operator.api.spec import DesiredState
 from streamjob_operator.api.status import LifecycleState
 
-from ..model import DeleteDriver
+from ..model import DeleteDriver, DriverPod
 from ..policy import parse_time
 from . import conditions, deletion, deploy, restart, savepoint, suspend, upgrade
-from .context import FORCE_DELETE_GRACE_SECONDS, OpKind, Pass, Phase, spec_json
+from .context import FORCE_DELETE_GRACE_SECONDS, STUCK_TERMINATING_SECONDS, OpKind, Pass, Phase, spec_json
 
 
 def run(p: Pass) -> None:
@@ -69,11 +69,15 @@ def running(p: Pass) -> None:
         restart.driver_exited(p, cur)
         return
     if cur.deleting:
+        force_stuck(p, [cur])
         p.again(1)
         return
     if p.job_ready():
-        if p.st.restart_count:
+        if p.st.restart_count and stable_since_deploy(p):
             p.update(restart_count=0)
+            p.emit("Normal", "RestartCountReset",
+                   f"Driver {cur.name} has been ready for spec.restartPolicy.resetAfterSeconds="
+                   f"{p.spec.restart_policy.reset_after_seconds}s: restartCount reset")
         if p.st.last_stable_spec != p.st.last_reconciled_spec:
             p.update(last_stable_spec=p.st.last_reconciled_spec)
     if p.spec.state is DesiredState.suspended and not p.blocked():
@@ -84,6 +88,24 @@ def running(p: Pass) -> None:
         savepoint.start_savepoint(p, "manual")
     elif savepoint.periodic_due(p):
         savepoint.start_savepoint(p, "periodic")
+
+
+def stable_since_deploy(p: Pass) -> bool:
+    """Ready now, and deployed at least resetAfterSeconds ago (the restart policy's stable period)."""
+    deployed = parse_time(p.st.deployed_at)
+    return deployed is None or p.now >= deployed + timedelta(seconds=p.spec.restart_policy.reset_after_seconds)
+
+
+def force_stuck(p: Pass, pods: list[DriverPod]) -> set[str]:
+    """Pods still Terminating well past their grace period (a lost node): deleted with grace 0, with an event."""
+    stuck = [pod for pod in pods if pod.deleting and pod.deletion_deadline is not None
+             and p.now >= pod.deletion_deadline + timedelta(seconds=STUCK_TERMINATING_SECONDS)]
+    for pod in stuck:
+        p.actions.append(DeleteDriver(pod.name, grace_seconds=0))
+        p.emit("Warning", "DriverForceDeleted",
+               f"Driver pod {pod.name} was still terminating {STUCK_TERMINATING_SECONDS}s after its grace period "
+               "(its node is probably lost): deleted it with grace 0")
+    return {pod.name for pod in stuck}
 
 
 # --- with an operation ---------------------------------------------------------------------------
@@ -117,8 +139,9 @@ def stopping(p: Pass) -> None:
                    "finishing deletion, garbage collection removes them")
             deletion.finish_deletion(p)
             return
+        forced = set() if force else force_stuck(p, list(pods))
         for pod in pods:
-            if not pod.deleting or force:
+            if (not pod.deleting or force) and pod.name not in forced:
                 p.actions.append(DeleteDriver(pod.name, grace_seconds=0 if force else None))
         p.again(1)
         return
@@ -132,5 +155,5 @@ def stopping(p: Pass) -> None:
     elif kind == OpKind.rollback.value:
         assert p.st.last_stable_spec is not None
         deploy.enter_deploying(p, op, p.st.last_stable_spec)
-    else:
-        deploy.enter_deploying(p, op, spec_json(p.spec))
+    else:  # the spec that was checked when the operation started; a later edit rolls out after it
+        deploy.enter_deploying(p, op, op.target_spec or spec_json(p.spec))

@@ -31,13 +31,19 @@ def driver_exited(p: Pass, pod: DriverPod) -> None:
     if kind.permanent:
         fail(p, kind.value, f"Driver {pod.name} exited with {kind.value} (exit {code}), which a restart cannot fix{detail}")
         return
+    count_failure(p, pod.name, f"failed (exit {code}){detail}", error=pod.message or f"exit code {code}",
+                  why=f"driver failed (exit {code})")
+
+
+def count_failure(p: Pass, pod: str, what: str, error: str | None = None, reason: str = "DriverFailed", why: str | None = None) -> None:
+    """A failure the restart policy counts: restart after its delay, or fail when it is used up."""
     times = [t for t in (parse_time(x) for x in p.st.failure_times) if t is not None] + [p.now]
     times = times[-MAX_FAILURE_TIMES:]
     policy = p.spec.restart_policy
     delay = restart_delay(policy, p.st.restart_count, times, p.now)
-    p.update(failure_times=[fmt_time(t) for t in times], last_error=clip(pod.message or f"exit code {code}"))
+    p.update(failure_times=[fmt_time(t) for t in times], last_error=clip(error or what))
     if delay is None:
-        fail(p, "RestartPolicyExhausted", f"Driver {pod.name} failed (exit {code}){detail}; {describe_policy(policy)}, which are used up")
+        fail(p, "RestartPolicyExhausted", f"Driver {pod} {what}; {describe_policy(policy)}, which are used up")
         return
     batch = p.st.last_checkpoint.batch_id if p.st.last_checkpoint else None
     p.update(
@@ -45,10 +51,10 @@ def driver_exited(p: Pass, pod: DriverPod) -> None:
         total_restarts=p.st.total_restarts + 1,
         next_restart_at=p.t(delay),
     )
-    p.emit("Warning", "DriverFailed",
-           f"Driver {pod.name} failed (exit {code}){detail}; restart {p.st.restart_count} in {delay:g}s "
+    p.emit("Warning", reason,
+           f"Driver {pod} {what}; restart {p.st.restart_count} in {delay:g}s "
            f"from the latest checkpoint{f' (batch {batch})' if batch is not None else ''}")
-    start_restart(p, f"driver failed (exit {code})", counted=True)
+    start_restart(p, why or clip(f"driver {what}", 200), counted=True)
 
 
 def fail(p: Pass, reason: str, message: str) -> None:

@@ -46,6 +46,9 @@ def savepointing(p: Pass) -> None:
     if manifest is not None or (progress is not None and progress.state is SavepointState.completed):
         completed(p, manifest.batch_id if manifest else (progress.batch_id if progress else None))
         return
+    if cur is not None and cur.terminated and cur.savepoint_path == op.savepoint_path:
+        completed(p, cur.savepoint_batch)  # the runtime's termination message says it wrote the manifest
+        return
     why: str | None = None
     if progress is not None and progress.state is SavepointState.failed:
         why = progress.error or "the driver reported the savepoint failed"
@@ -95,7 +98,7 @@ def failed(p: Pass, why: str) -> None:
         what = "upgrade" if op.kind == OpKind.upgrade.value else "suspend"
         message = (f"The {what} was not done because its savepoint failed ({why}); the running job was kept. "
                    "It is retried on the next spec change or savepointNonce.")
-        p.block("SavepointFailed", message)
+        p.block("SavepointFailed", message, op.target_spec_hash)
         p.emit("Warning", f"{what.capitalize()}Aborted", message)
     p.again(0)
 

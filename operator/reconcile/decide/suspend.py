@@ -6,6 +6,8 @@ state disagree.
 
 from __future__ import annotations
 
+import json
+
 from streamjob_operator.api.spec import DesiredState, UpgradeMode
 from streamjob_operator.api.status import LifecycleState, Operation
 
@@ -64,7 +66,11 @@ def resume(p: Pass) -> None:
         p.update(state=None, last_reconciled_spec=None)
         deploy.first_deploy(p)
         return
-    if p.spec.upgrade_mode is UpgradeMode.stateless:
+    redeploy = p.st.last_reconciled_spec is not None and json.loads(p.st.last_reconciled_spec).get(
+        "savepointRedeployNonce", 0) != p.spec.savepoint_redeploy_nonce
+    if redeploy and p.spec.initial_savepoint_path:
+        mode, path = RestoreMode.savepoint, p.spec.initial_savepoint_path
+    elif p.spec.upgrade_mode is UpgradeMode.stateless:
         mode, path = RestoreMode.stateless, None
     elif p.spec.upgrade_mode is UpgradeMode.savepoint and last is not None and last.trigger == "suspend":
         mode, path = RestoreMode.savepoint, last.path

@@ -59,12 +59,15 @@ def start_change(p: Pass) -> bool:
         p.update(last_reconciled_spec=spec_json(p.spec))
         restart.start_restart(p, "restartNonce changed")
         return True
+    if kind is ChangeKind.savepoint_restore:
+        start_savepoint_restore(p)
+        return True
     fields = ", ".join(f for f, k in changed_fields(old, new).items() if k is not ChangeKind.ignore)
     mode = RestoreMode(p.spec.upgrade_mode.value)
     if mode is RestoreMode.savepoint and p.spec.savepoint is None:
         mode = RestoreMode.last_state
     op = Operation(kind=OpKind.upgrade.value, phase=Phase.stopping.value, target_spec_hash=spec_hash(p.spec),
-                   restore_mode=mode.value, started_at=p.t(), message=clip(f"changed: {fields}"))
+                   target_spec=spec_json(p.spec), restore_mode=mode.value, started_at=p.t(), message=clip(f"changed: {fields}"))
     if mode is RestoreMode.savepoint:
         assert p.spec.savepoint is not None
         op = op.model_copy(update={
@@ -101,17 +104,42 @@ def stopped_job(p: Pass) -> None:
         p.update(last_reconciled_spec=spec_json(p.spec))
         restart.start_restart(p, "restartNonce changed")
         return
+    if kind is ChangeKind.savepoint_restore:
+        start_savepoint_restore(p)
+        return
     if refuse_repartition(p):
         return
     mode = RestoreMode.stateless if p.spec.upgrade_mode is UpgradeMode.stateless else RestoreMode.last_state
     fields = ", ".join(changed_fields(json.loads(p.st.last_reconciled_spec), spec_dict(p.spec)))
     p.update(
         operation=Operation(kind=OpKind.upgrade.value, phase=Phase.stopping.value, target_spec_hash=spec_hash(p.spec),
-                            restore_mode=mode.value, started_at=p.t(), message=clip(f"redeploying a stopped job: {fields}")),
+                            target_spec=spec_json(p.spec), restore_mode=mode.value, started_at=p.t(),
+                            message=clip(f"redeploying a stopped job: {fields}")),
         state=LifecycleState.upgrading,
         last_restart_nonce=p.spec.restart_nonce,
     )
     p.emit("Normal", "Upgrading", clip(f"Redeploying the stopped job with the changed spec ({fields}), {mode.value}"))
+    p.again(0)
+
+
+def start_savepoint_restore(p: Pass) -> None:
+    """savepointRedeployNonce changed: stop without a savepoint, deploy the spec restoring initialSavepointPath."""
+    path = p.spec.initial_savepoint_path
+    assert path is not None  # the CRD requires initialSavepointPath with savepointRedeployNonce
+    p.update(
+        operation=Operation(kind=OpKind.upgrade.value, phase=Phase.stopping.value, target_spec_hash=spec_hash(p.spec),
+                            target_spec=spec_json(p.spec), savepoint_path=path, restore_mode=RestoreMode.savepoint.value,
+                            started_at=p.t(), message=clip(f"redeploying from savepoint {path} (savepointRedeployNonce)")),
+        state=LifecycleState.upgrading,
+        blocked_change=None,
+        restart_count=0,
+        failure_times=[],
+        last_error=None,
+        last_savepoint_nonce=p.spec.savepoint_nonce,
+        last_restart_nonce=p.spec.restart_nonce,
+    )
+    p.emit("Normal", "RedeployingFromSavepoint",
+           f"savepointRedeployNonce changed: redeploying from savepoint {path}; the current state is discarded")
     p.again(0)
 
 
@@ -152,7 +180,7 @@ def awaiting_ready(p: Pass) -> None:
 
 def start_rollback(p: Pass, why: str) -> None:
     op = p.op()
-    p.block("RolledBack", f"Rolled back: {why}. The change is retried on the next spec change or nonce.")
+    p.block("RolledBack", f"Rolled back: {why}. The change is retried on the next spec change or nonce.", op.target_spec_hash)
     path = op.savepoint_path if op.restore_mode == RestoreMode.savepoint.value else None
     assert p.st.last_stable_spec is not None
     p.update(
