@@ -25,6 +25,43 @@ REFERENCE_TARGET = REPO_ROOT / "docs" / "reference.md"
 
 _DROP_KEYS = {"title"}
 
+# The job's name becomes the value of the streamjob.io/job label on every object
+# the operator and Spark create for it (at most 63 characters), and the stem of
+# the driver Service `<name>-driver`, a DNS-1035 label (a lowercase letter first,
+# no dots; reconcile.names shortens the length, not the characters). The API
+# server only asks a DNS-1123 subdomain of a StreamJob's name (253 characters,
+# digits first and dots allowed), so anything in between would be accepted and
+# then fail on every reconcile pass.
+MAX_NAME_LENGTH = 63
+NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
+def name_rules() -> list[dict[str, Any]]:
+    """CEL rules on metadata.name at the schema root, checked when a StreamJob is created.
+
+    `optionalOldSelf` with `oldSelf.hasValue() ||` skips updates: the name cannot
+    change, and an object created before these rules must still take status
+    updates and lose its finalizer, or it could never be deleted.
+    """
+    return [
+        {
+            "rule": f"oldSelf.hasValue() || size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+            "optionalOldSelf": True,
+            "message": f"must be no more than {MAX_NAME_LENGTH} characters: the name is the value of the "
+            "streamjob.io/job label on every object the operator creates for the job",
+            "fieldPath": ".metadata.name",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": f"oldSelf.hasValue() || self.metadata.name.matches('{NAME_PATTERN}')",
+            "optionalOldSelf": True,
+            "message": "must start with a lowercase letter and contain only lowercase letters, digits and '-' "
+            "(no '.'): the driver Service '<name>-driver' must be a DNS-1035 label",
+            "fieldPath": ".metadata.name",
+            "reason": "FieldValueInvalid",
+        },
+    ]
+
 
 def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """Turn one pydantic JSON-schema node into a Kubernetes structural schema node."""
@@ -170,6 +207,7 @@ def generate_crd() -> dict[str, Any]:
                             "type": "object",
                             "description": "A StreamJob runs a Spark Structured Streaming job with savepoints, upgrades and restarts.",
                             "required": ["spec"],
+                            "x-kubernetes-validations": name_rules(),
                             "properties": {
                                 "apiVersion": {"type": "string", "description": "API version of this object."},
                                 "kind": {"type": "string", "description": "Kind of this object."},

@@ -76,6 +76,13 @@ def render_reference(crd: dict[str, Any]) -> str:
     ]
     for col in version["additionalPrinterColumns"]:
         lines.append(f"| {col['name']} | `{col['jsonPath']}` |")
+    root_rules = version["schema"]["openAPIV3Schema"].get("x-kubernetes-validations", [])
+    if root_rules:
+        lines += ["", "## metadata.name", "", "Checked when a StreamJob is created (the name cannot change afterwards).", "",
+                  "| Rule | Message |", "| --- | --- |"]
+        for rule in root_rules:
+            r = rule["rule"].replace("|", "\\|")
+            lines.append(f"| `{r}` | {rule['message']} |")
     for section in ("spec", "status"):
         rows: list[str] = []
         rules: list[tuple[str, dict[str, str]]] = []

@@ -14,6 +14,8 @@ from typing import Any
 from pydantic import ConfigDict, Field, ValidationError
 
 from job_runtime.jobdef import JobDefinition, Model, cel, format_validation_error
+from streamjob_operator.api.status import MAX_FAILURES
+from job_runtime.sparkconf import OWNED_CONFS
 
 API_GROUP = "streamjob.io"
 API_VERSION = "v1alpha1"
@@ -25,6 +27,24 @@ SHORT_NAMES = ["sj"]
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
 MEMORY_PATTERN = r"^[0-9]+[kmgt]$"
 GO_DURATION_PATTERN = r"^([0-9]+(s|m|h|d))+$"
+
+
+def owned_conf_rules() -> list[dict[str, Any]]:
+    """CEL rules on spec.sparkConf, one per conf the runtime owns, with the runtime's own words.
+
+    Built from job_runtime.sparkconf, the list job_runtime.session refuses, so
+    `kubectl apply` refuses exactly what a driver would exit 12 on. The field
+    path points at the key: `spec.sparkConf[spark.sql.shuffle.partitions]`.
+    """
+    return [
+        {
+            "rule": f"!('{owned.key}' in self)",
+            "message": owned.rule,
+            "fieldPath": f"['{owned.key}']",
+            "reason": "FieldValueForbidden",
+        }
+        for owned in OWNED_CONFS
+    ]
 
 
 class UpgradeMode(str, Enum):
@@ -123,9 +143,15 @@ class RestartPolicy(Model):
     backoff_multiplier: int = Field(default=2, alias="backoffMultiplier", ge=1, le=10, description="ExponentialBackoff growth factor.")
     max_restarts: int = Field(default=10, alias="maxRestarts", ge=0, le=10000,
                               description="FixedDelay and ExponentialBackoff: give up after this many consecutive restarts.")
-    max_failures: int = Field(default=3, alias="maxFailures", ge=1, le=1000, description="FailureRate: failures allowed within the interval.")
+    max_failures: int = Field(default=3, alias="maxFailures", ge=1, le=MAX_FAILURES,
+                              description="FailureRate: failures allowed within the interval; one more exhausts the policy.")
     failure_rate_interval_seconds: int = Field(default=600, alias="failureRateIntervalSeconds", ge=1, le=86400,
                                                description="FailureRate: the sliding window failures are counted in.")
+    reset_after_seconds: int = Field(
+        default=600, alias="resetAfterSeconds", ge=0, le=86400,
+        description="FixedDelay and ExponentialBackoff: restartCount (and so the backoff) is reset once a restarted driver "
+        "has been ready this long; a job that fails again sooner keeps counting towards maxRestarts.",
+    )
 
 
 class RollbackSpec(Model):
@@ -148,6 +174,9 @@ class StreamJobSpec(Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
+                cel("!has(self.savepointRedeployNonce) || self.savepointRedeployNonce == 0 || has(self.initialSavepointPath)",
+                    "savepointRedeployNonce needs spec.initialSavepointPath (the savepoint to redeploy from)",
+                    ".savepointRedeployNonce"),
                 cel("self.upgradeMode != 'savepoint' || has(self.savepoint)",
                     "upgradeMode savepoint needs spec.savepoint.location", ".upgradeMode"),
                 cel("!has(self.savepoint) || !has(self.savepoint.periodicInterval) || has(self.savepoint.location)",
@@ -177,7 +206,12 @@ class StreamJobSpec(Model):
         "in the namespace (the Helm chart creates one). Defaults to '<name>-driver', created by the operator.",
     )
     job: JobDefinition = Field(description="What to run: a Python entrypoint or a declarative pipeline.")
-    spark_conf: dict[str, str] = Field(default_factory=dict, alias="sparkConf", description="Extra Spark configuration.")
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict, alias="sparkConf",
+        description="Extra Spark configuration. Keys the runtime sets itself (" + ", ".join(c.key for c in OWNED_CONFS)
+        + ") are refused.",
+        json_schema_extra={"x-kubernetes-validations": owned_conf_rules()},  # type: ignore[dict-item]
+    )
     driver: Resources = Field(default_factory=Resources, description="Driver resources.")
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec, description="Executor count and resources.")
     state_partitions: int = Field(
@@ -198,7 +232,10 @@ class StreamJobSpec(Model):
     rollback: RollbackSpec = Field(default_factory=RollbackSpec, description="Automatic rollback of upgrades that do not become ready.")
     deletion: DeletionSpec = Field(default_factory=DeletionSpec, description="What happens on delete.")
     initial_savepoint_path: str | None = Field(
-        default=None, alias="initialSavepointPath", max_length=1024, description="Savepoint to restore from on first deploy."
+        default=None, alias="initialSavepointPath", max_length=1024,
+        description="Savepoint to restore from on the first deploy, and on every change of savepointRedeployNonce "
+        "(restore a running, failed or suspended job from this savepoint; its current state is discarded). "
+        "Changing it alone does nothing on a deployed job.",
     )
     allow_non_restored_state: bool = Field(
         default=False, alias="allowNonRestoredState",
@@ -206,6 +243,11 @@ class StreamJobSpec(Model):
     )
     savepoint_nonce: int = Field(default=0, alias="savepointNonce", ge=0, description="Change to take a savepoint now without stopping the job.")
     restart_nonce: int = Field(default=0, alias="restartNonce", ge=0, description="Change to restart the driver from the latest checkpoint.")
+    savepoint_redeploy_nonce: int = Field(
+        default=0, alias="savepointRedeployNonce", ge=0,
+        description="Change (together with initialSavepointPath) to redeploy the job from that savepoint: the driver is "
+        "stopped without a savepoint and the new one restores initialSavepointPath; used to roll back or recover.",
+    )
 
 
 class SpecError(ValueError):
