@@ -205,7 +205,6 @@ def runtime_args(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout
         "--control-address", f"$(POD_IP):{layout.control_port}",
         "--token-file", f"{TOKEN_MOUNT}/{TOKEN_KEY}",
         "--termination-message-file", "/dev/termination-log",
-        "--owner-uid", owner.uid,
     ]
     if action.restore_from:
         args += ["--restore-from", action.restore_from]
