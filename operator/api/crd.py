@@ -39,6 +39,8 @@ NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 def name_rules() -> list[dict[str, Any]]:
     """CEL rules on metadata.name at the schema root, checked when a StreamJob is created.
 
+    The messages name the field themselves: a root rule cannot point a fieldPath at metadata.
+
     `optionalOldSelf` with `oldSelf.hasValue() ||` skips updates: the name cannot
     change, and an object created before these rules must still take status
     updates and lose its finalizer, or it could never be deleted.
@@ -47,17 +49,17 @@ def name_rules() -> list[dict[str, Any]]:
         {
             "rule": f"oldSelf.hasValue() || size(self.metadata.name) <= {MAX_NAME_LENGTH}",
             "optionalOldSelf": True,
-            "message": f"must be no more than {MAX_NAME_LENGTH} characters: the name is the value of the "
+            "message": f"metadata.name must be no more than {MAX_NAME_LENGTH} characters: the name is the value of the "
             "streamjob.io/job label on every object the operator creates for the job",
-            "fieldPath": ".metadata.name",
+            # no fieldPath: the API server accepts only paths inside the schema, and metadata is not one
             "reason": "FieldValueInvalid",
         },
         {
             "rule": f"oldSelf.hasValue() || self.metadata.name.matches('{NAME_PATTERN}')",
             "optionalOldSelf": True,
-            "message": "must start with a lowercase letter and contain only lowercase letters, digits and '-' "
+            "message": "metadata.name must start with a lowercase letter and contain only lowercase letters, digits and '-' "
             "(no '.'): the driver Service '<name>-driver' must be a DNS-1035 label",
-            "fieldPath": ".metadata.name",
+            # no fieldPath: the API server accepts only paths inside the schema, and metadata is not one
             "reason": "FieldValueInvalid",
         },
     ]
@@ -199,7 +201,9 @@ def generate_crd() -> dict[str, Any]:
                         {"name": "Ready", "type": "boolean", "jsonPath": ".status.ready"},
                         {"name": "Restarts", "type": "integer", "jsonPath": ".status.totalRestarts"},
                         {"name": "Batch", "type": "integer", "jsonPath": ".status.lastCheckpoint.batchId"},
-                        {"name": "Last-Savepoint", "type": "string", "jsonPath": ".status.lastSavepoint.path", "priority": 0},
+                        # how long ago, at a glance; the path (long) only with -o wide
+                        {"name": "Last-Savepoint", "type": "date", "jsonPath": ".status.lastSavepoint.time"},
+                        {"name": "Savepoint", "type": "string", "jsonPath": ".status.lastSavepoint.path", "priority": 1},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                     "schema": {
