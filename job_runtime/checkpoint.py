@@ -41,6 +41,7 @@ _LEADING_INT = re.compile(r"^(\d+)(?:[._].*)?$")
 _STATE_VERSIONED = re.compile(r"^(\d+)(?:_[^.]*)?\.(changelog|zip|delta|snapshot)$")
 
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+RUNTIME_FILES_PREFIX = "_streamjob"  # the runtime's markers in a checkpoint location, never Spark's
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 
 
@@ -121,13 +122,18 @@ def include_in_snapshot(path: str, batch_id: int) -> bool:
     exactly-once sinks exact); ``commits/<=N``; source logs ``<=N+1``; state versions
     ``<=N+1`` (batch N's state is version N+1) with every SST file, and operator
     metadata. Files of later batches are left out, which is what makes a copy of a
-    running query consistent. Unknown files are kept: a missing file breaks a
-    restore, an extra one does not.
+    running query consistent. The runtime's own ``_streamjob_*`` files (the owner
+    marker, an unfinished restore's marker, files recovery moved aside) belong to
+    the checkpoint location, not to its content, and are left out: a savepoint
+    restored by another job must not carry this job's ownership. Other unknown
+    files are kept: a missing file breaks a restore, an extra one does not.
     """
     if is_hidden(path):
         return False
     parts = path.split("/")
     top = parts[0]
+    if top.startswith(RUNTIME_FILES_PREFIX):
+        return False
     if top == "commits":
         batch = batch_id_of(parts[-1]) if len(parts) == 2 else None
         return batch is not None and batch <= batch_id

@@ -63,7 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"micro-batch interval such as '10 seconds', or {AVAILABLE_NOW!r} to process what is there and end (exit 0)",
     )
     run.add_argument("--restore-from", help="savepoint URI to restore when the checkpoint has no commits yet")
-    run.add_argument("--allow-non-restored-state", action="store_true", help="see job_runtime.savepoint.restore_savepoint")
+    run.add_argument(
+        "--allow-non-restored-state", action="store_true",
+        help="start even if the checkpoint or savepoint holds state of stateful operators the query no longer has "
+        "(that state is dropped); see job_runtime.nonrestored",
+    )
+    run.add_argument(
+        "--owner-uid",
+        help="the StreamJob's metadata.uid: the checkpoint is claimed for it (_streamjob_owner.json) and refused "
+        "(exit 13) when another job owns it; see job_runtime.ownership",
+    )
     run.add_argument("--savepoint-location", help="prefix for savepoints requested without a path (s3://...)")
     run.add_argument("--control-address", default="127.0.0.1:0", help="HOST:PORT the control endpoint binds (port 0: any)")
     run.add_argument("--control-address-file", type=Path, help="write the bound HOST:PORT here once listening")
@@ -101,6 +110,7 @@ def settings_from_args(args: argparse.Namespace, job_hash: str) -> RuntimeSettin
             master=args.master,
             spark_conf=tuple(args.conf),
             job_hash=args.job_hash or job_hash,
+            owner_uid=args.owner_uid,
         )
     )
 
@@ -185,8 +195,9 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, runner.on_signal)
     signal.signal(signal.SIGINT, runner.on_signal)
     log.info(
-        "starting job=%s checkpoint=%s statePartitions=%d trigger=%s restoreFrom=%s",
-        settings.job_id, settings.checkpoint_location, settings.state_partitions, settings.trigger_interval, settings.restore_from,
+        "starting job=%s uid=%s checkpoint=%s statePartitions=%d trigger=%s restoreFrom=%s allowNonRestoredState=%s",
+        settings.job_id, settings.owner_uid, settings.checkpoint_location, settings.state_partitions,
+        settings.trigger_interval, settings.restore_from, settings.allow_non_restored_state,
     )
     code = runner.run()
     savepoint = runner.final_savepoint.to_json() if runner.final_savepoint else None

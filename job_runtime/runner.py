@@ -5,10 +5,20 @@ its main thread starts and stops it. The control endpoint's threads and the
 SIGTERM handler talk to it through a command queue; a savepoint taken while
 running is written from a worker thread, because the query keeps going.
 
+Before anything touches the checkpoint: with --owner-uid, the location is
+claimed for this StreamJob or refused when another one owns it
+(job_runtime.ownership); then what a killed driver left behind is repaired
+(job_runtime.recovery), unless an unfinished restore is about to be redone.
+
 Restore rule: with --restore-from, a checkpoint location that has no commits
 (or an unfinished restore) is materialised from the savepoint; one that has
 commits is resumed and the restore skipped, so a driver restarted after a
 restore never loses progress.
+
+--allow-non-restored-state: when the query fails planning its first batch
+because the checkpoint holds state of stateful operators it no longer has,
+that state is dropped and the query started once more (job_runtime.nonrestored);
+operator changes Spark cannot map exit RESTORE_REFUSED.
 
 Stop-with-savepoint: stop the query (Spark aborts the batch in flight; its
 offsets stay in the write-ahead log and the restore re-runs it), write the
@@ -32,7 +42,7 @@ from datetime import datetime, timezone
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from job_runtime import checkpoint, jobs
+from job_runtime import checkpoint, jobs, nonrestored, ownership, recovery
 from job_runtime.control import ControlError
 from job_runtime.exitcodes import ExitCode
 from job_runtime.jobdef import JobDefinition, JobDefinitionError
@@ -119,6 +129,7 @@ class Runner:
         self._stop_reason: str | None = None
         self._latest_completed: tuple[float, int | None] = (0.0, None)
         self._query_starts = 0
+        self._dropped_state = False
         self.final_savepoint: SavepointRecord | None = None
 
     # ---- Controller: called from the control endpoint's threads ---------------------------
@@ -226,6 +237,8 @@ class Runner:
 
     def _run(self) -> ExitCode:
         # Everything that can refuse the run without a JVM goes first: a refusal is then quick.
+        self._claim_checkpoint()
+        self._recover_checkpoint()
         restore = self._restore_needed()
         if restore:
             self._check_savepoint()
@@ -270,6 +283,44 @@ class Runner:
         try:
             check_state_partitions(self.settings.checkpoint_location, self.settings.state_partitions, self.s3_config)
         except StateIncompatibleError as err:
+            raise RestoreRefused(str(err)) from None
+        except LocationError as err:
+            raise JobDefinitionError(f"--checkpoint: {err}") from None
+
+    def _claim_checkpoint(self) -> None:
+        uid = self.settings.owner_uid
+        if uid is None:
+            log.info("skipped checkpoint ownership check job=%s reason=no --owner-uid", self.settings.job_id)
+            return
+        try:
+            ownership.claim_checkpoint(
+                self.settings.checkpoint_location, namespace=self.settings.namespace, name=self.settings.name,
+                uid=uid, s3=self.s3_config,
+            )
+        except ownership.CheckpointOwnedError as err:
+            raise RestoreRefused(str(err)) from None
+        except LocationError as err:
+            raise JobDefinitionError(f"--checkpoint: {err}") from None
+
+    def _recover_checkpoint(self) -> None:
+        from job_runtime.savepoint import unfinished_restore
+
+        location = self.settings.checkpoint_location
+        try:
+            restoring = unfinished_restore(location, s3_config=self.s3_config)
+            if restoring is not None:
+                if self.settings.restore_from is None:
+                    raise RestoreRefused(
+                        f"checkpoint {location} holds an unfinished restore of savepoint {restoring}: it is incomplete "
+                        f"and must not run; start with --restore-from {restoring} to finish the restore"
+                    )
+                log.info(
+                    "skipped checkpoint recovery job=%s checkpoint=%s reason=unfinished restore of %s is redone",
+                    self.settings.job_id, location, restoring,
+                )
+                return
+            recovery.recover_checkpoint(location, job=self.settings.job_id, s3=self.s3_config)
+        except recovery.CheckpointDamagedError as err:
             raise RestoreRefused(str(err)) from None
         except LocationError as err:
             raise JobDefinitionError(f"--checkpoint: {err}") from None
@@ -358,11 +409,30 @@ class Runner:
             return None
         error = query.exception()
         if error is not None:
+            if nonrestored.decide(str(error), allow_non_restored_state=False, checkpoint="") is not None:
+                return self._operators_changed(error)  # None: started again without the dropped state
             return self._fail(ExitCode.FAILED, f"query failed: {_describe(error)}")
         self._join_worker()
         self._state = RunState.FINISHED
         log.info("finished query job=%s reason=the query ended by itself", self.settings.job_id)
         return ExitCode.FINISHED
+
+    def _operators_changed(self, error: BaseException) -> ExitCode | None:
+        """Spark refused the checkpoint's stateful operators: drop non-restored state and start
+        again once (allowNonRestoredState, returns None), or refuse (RESTORE_REFUSED)."""
+        location = self.settings.checkpoint_location
+        decision = nonrestored.decide(
+            str(error), allow_non_restored_state=self.settings.allow_non_restored_state, checkpoint=location
+        )
+        assert decision is not None
+        if decision.refusal is not None:
+            return self._fail(ExitCode.RESTORE_REFUSED, decision.refusal)
+        if self._dropped_state:
+            return self._fail(ExitCode.RESTORE_REFUSED, f"query failed again after dropping non-restored state: {_describe(error)}")
+        self._dropped_state = True
+        nonrestored.drop_operator_state(location, decision.drop, job=self.settings.job_id, s3=self.s3_config)
+        self._start_query()
+        return None
 
     def _stop_query(self) -> str | None:
         """Stop the query; the error it had failed with, if it had."""

@@ -245,6 +245,43 @@ class Store:
             ChecksumSHA256=base64.b64encode(hashlib.sha256(data).digest()).decode(),
         )
 
+    def create_exclusive(self, relative: str, data: bytes, *, content_type: str = "application/json") -> bool:
+        """Writes the file only if it does not exist yet; False when it did (nothing written).
+
+        Local: a temporary file hard-linked into place (atomic, never partial). S3: a
+        conditional PUT (``If-None-Match: *``); a store that does not implement it gets
+        a plain PUT, so there the last of two simultaneous writers wins.
+        """
+        if self.location.scheme == "file":
+            target = self.local_path(relative)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.streamjob.tmp")
+            tmp.write_bytes(data)
+            try:
+                os.link(tmp, target)
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                tmp.unlink(missing_ok=True)
+        from botocore.exceptions import ClientError
+
+        try:
+            self._s3.put_object(
+                Bucket=self.location.bucket, Key=self.key(relative), Body=data, ContentType=content_type, IfNoneMatch="*"
+            )
+            return True
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
+                return False
+            if code not in ("NotImplemented", "501"):
+                raise
+        if self.exists(relative):
+            return False
+        self.write_bytes(relative, data, content_type=content_type)
+        return True
+
     def delete(self, relatives: Sequence[str]) -> None:
         """Deletes the given files; absent ones are fine."""
         if self.location.scheme == "file":
@@ -267,6 +304,17 @@ class Store:
                     f"{self.location}: could not delete {len(errors)} file(s), first "
                     f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
                 )
+
+    def delete_under(self, relative: str) -> int:
+        """Deletes a folder and everything below it (local folders too); returns how many files went."""
+        paths = [f.path for f in self.list(relative)]
+        if self.location.scheme == "file":
+            folder = self.local_path(relative)
+            if folder.is_dir():
+                shutil.rmtree(folder)
+            return len(paths)
+        self.delete(paths)
+        return len(paths)
 
     def delete_all(self) -> int:
         """Deletes everything under the location; returns how many files went."""

@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from job_runtime import checkpoint as ckpt
+from job_runtime import testhooks
 from job_runtime.s3 import Location, S3Config, Store, StoredFile, parse_location
 
 log = logging.getLogger(__name__)
@@ -253,9 +254,10 @@ class _Transfer:
     download, or a local copy by the pair of schemes.
     """
 
-    def __init__(self, src: Store, dst: Store, s3_config: S3Config, client: Any | None) -> None:
+    def __init__(self, src: Store, dst: Store, s3_config: S3Config, client: Any | None, point: str = "copy") -> None:
         from boto3.s3.transfer import TransferConfig  # type: ignore[import-untyped]
 
+        self.point = point  # the test hook's name for a copied file (job_runtime.testhooks)
         self.src = src
         self.dst = dst
         self.client: Any = client
@@ -289,8 +291,13 @@ class _Transfer:
         return digests
 
     def _pool(self, files: list[StoredFile], one: Callable[[StoredFile], str]) -> dict[str, str]:
+        def copied(f: StoredFile) -> str:
+            digest = one(f)
+            testhooks.reached(self.point)
+            return digest
+
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="savepoint-copy") as pool:
-            futures = {f.path: pool.submit(one, f) for f in files}
+            futures = {f.path: pool.submit(copied, f) for f in files}
             return {path: fut.result() for path, fut in futures.items()}
 
     def _copy_local(self, f: StoredFile) -> str:
@@ -339,6 +346,7 @@ class _Transfer:
                 )
             for fut in futures:
                 fut.result()
+                testhooks.reached(self.point)
         return digests
 
     def _download(self, files: list[StoredFile]) -> dict[str, str]:
@@ -354,6 +362,7 @@ class _Transfer:
                 futures.append(manager.download(self.src.location.bucket, self.src.key(f.path), str(target)))
             for fut in futures:
                 fut.result()
+                testhooks.reached(self.point)
         # Hash what landed on disk, not what was sent: that is what Spark will read.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="savepoint-hash") as pool:
             hashed = {p: pool.submit(_sha256_file, t) for p, t in targets.items()}
@@ -450,7 +459,7 @@ def write_savepoint(
         watermark_ms = ckpt.parse_commit_log(src.read_bytes(f"commits/{batch_id}").decode("utf-8", "replace"))
 
     dst.delete([MANIFEST_NAME])
-    digests = _Transfer(src, dst, config, client).run(files)
+    digests = _Transfer(src, dst, config, client, "savepoint").run(files)
     keep = {f.path for f in files}
     stale = [f.path for f in dst.list() if f.path not in keep and f.path != MANIFEST_NAME]
     if stale:
@@ -614,6 +623,8 @@ def restore_savepoint(
     clobbered). A target whose only commits come from an unfinished restore of the
     same savepoint (``_streamjob_restore.json`` still present) is wiped and redone;
     other uncommitted leftovers in the target (a query that never committed) are removed.
+    The runtime's own ``_streamjob_*`` files in the target (its owner marker) stay, and
+    none is ever copied from a savepoint.
 
     State partitions: when ``expected_state_partitions`` differs from the savepoint's,
     the restore uses Spark's offline state repartitioning (Spark >= 4.2,
@@ -624,14 +635,11 @@ def restore_savepoint(
     the price of possibly duplicating that batch's output if an exactly-once sink had
     already committed it.
 
-    ``allow_non_restored_state``: in Flink, the state of operators the new job lacks is
-    skipped instead of refused. In Spark, which stateful operators a query has is only
-    known when it starts, and Spark itself then compares them with the operator metadata
-    in ``state/<op>/_metadata`` and refuses a mismatch
-    (``STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA``); Spark 4.3 offers no
-    way to drop one operator's state. So this restore always restores every operator's
-    state; the flag is logged and changes nothing offline. A job that removed a stateful
-    operator must start without a savepoint (upgradeMode stateless).
+    ``allow_non_restored_state``: only logged here. Which stateful operators the new
+    query has is known when Spark plans its first batch, so the runtime applies the
+    flag then, on every start (``job_runtime.nonrestored``): the state of operators
+    the query no longer has is dropped from the checkpoint; the savepoint itself is
+    never changed. A restore always copies every operator's state.
     """
     sp_loc = parse_location(uri)
     target_loc = parse_location(checkpoint_location)
@@ -667,17 +675,22 @@ def restore_savepoint(
                 f"with savepoint {uri}; use a fresh checkpoint location",
             )
         log.warning("Resumed unfinished restore uri=%s target=%s", uri, checkpoint_location)
-    if existing:
-        removed = target.delete_all()
-        log.info("Removed uncommitted leftovers target=%s files=%d", checkpoint_location, removed)
+    leftovers = [path for path in existing if not path.startswith(ckpt.RUNTIME_FILES_PREFIX)]
+    if leftovers:
+        # The runtime's own files stay: the owner marker (the job restoring here claimed
+        # this location first) and what recovery moved aside.
+        target.delete(leftovers)
+        log.info("Removed uncommitted leftovers target=%s files=%d", checkpoint_location, len(leftovers))
     target.write_bytes(RESTORE_MARKER, json.dumps({"savepoint": uri}).encode(), content_type="application/json")
 
-    files = manifest.files
+    # A savepoint never holds the runtime's own markers (checkpoint.include_in_snapshot);
+    # one written by hand or by an older writer must not bring another job's owner along.
+    files = [f for f in manifest.files if not f.path.startswith(ckpt.RUNTIME_FILES_PREFIX)]
     if repartition and manifest.planned_batch_id is not None:
         planned = manifest.planned_batch_id
         files = [f for f in files if not _belongs_to_batch(f.path, planned)]
         log.warning("Dropped planned batch uri=%s batch_id=%d reason=state-repartition", uri, planned)
-    transfer = _Transfer(source, target, config, client)
+    transfer = _Transfer(source, target, config, client, "restore")
     transfer.run([StoredFile(f.path, f.size) for f in files], expected={f.path: f.sha256 for f in files})
 
     if repartition:
@@ -710,6 +723,16 @@ def _belongs_to_batch(path: str, batch: int) -> bool:
     return False
 
 
+def unfinished_restore(checkpoint_location: str, *, s3_config: S3Config | None = None) -> str | None:
+    """The savepoint whose restore into this checkpoint location never finished, or None."""
+    loc = parse_location(checkpoint_location)
+    _, client = _client_for(loc, s3_config=s3_config)
+    store = Store(loc, client)
+    if not store.exists(RESTORE_MARKER):
+        return None
+    return _read_marker(store) or "(unreadable marker)"
+
+
 def _read_marker(store: Store) -> str | None:
     try:
         raw = json.loads(store.read_bytes(RESTORE_MARKER))
@@ -739,6 +762,7 @@ __all__ = [
     "list_savepoints",
     "parse_manifest",
     "restore_savepoint",
+    "unfinished_restore",
     "validate_savepoint",
     "write_savepoint",
 ]

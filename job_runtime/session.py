@@ -15,7 +15,8 @@ What is set and why:
 - s3a: endpoint, region, path style; credentials only from the environment
   (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY), never written into a conf.
 - spark-hadoop-cloud's abortable-stream checkpoint file manager for s3a://
-  checkpoints when that class is on the classpath (no rename on S3).
+  checkpoints when that class is on the classpath (no rename on S3), unless a
+  --conf chose the checkpoint file manager (the kill tests' pausing one).
 - Extra jars from $STREAMJOB_JARS_DIR on the driver and executor classpath.
 """
 
@@ -39,6 +40,7 @@ ABORTABLE_CHECKPOINT_MANAGER = "org.apache.spark.internal.io.cloud.AbortableStre
 ENV_CREDENTIALS_PROVIDER = "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
 KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 JARS_DIR_ENV = "STREAMJOB_JARS_DIR"
+CHECKPOINT_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
 
 SECRET_MARKERS = ("secret", "password", "token", "access.key", "credential")
 
@@ -114,9 +116,12 @@ def build_session(settings: RuntimeSettings) -> "SparkSession":
     for key, value in conf.items():
         if key.startswith("spark.sql."):
             spark.conf.set(key, value)
-    if settings.checkpoint_location.startswith("s3a://"):
+    chosen = dict(settings.spark_conf).get(CHECKPOINT_MANAGER_CONF)
+    if chosen is not None:
+        log.info("kept checkpoint file manager class=%s reason=set by --conf", chosen)
+    elif settings.checkpoint_location.startswith("s3a://"):
         if class_available(spark, ABORTABLE_CHECKPOINT_MANAGER):
-            spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", ABORTABLE_CHECKPOINT_MANAGER)
+            spark.conf.set(CHECKPOINT_MANAGER_CONF, ABORTABLE_CHECKPOINT_MANAGER)
             log.info("selected checkpoint file manager class=%s", ABORTABLE_CHECKPOINT_MANAGER)
         else:
             log.warning(

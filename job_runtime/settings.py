@@ -47,6 +47,7 @@ class RuntimeSettings:
     master: str | None = None
     spark_conf: tuple[tuple[str, str], ...] = ()
     job_hash: str = ""
+    owner_uid: str | None = None
 
     @property
     def available_now(self) -> bool:
@@ -75,6 +76,8 @@ def validate(settings: RuntimeSettings) -> RuntimeSettings:
     for option, value in (("--restore-from", settings.restore_from), ("--savepoint-location", settings.savepoint_location)):
         if value is not None and not value.startswith(SAVEPOINT_SCHEMES):
             raise SettingsError(f"{option}: must start with s3://, s3a:// or file://, got {value!r}")
+    if settings.owner_uid is not None and not settings.owner_uid.strip():
+        raise SettingsError("--owner-uid: must not be empty (the StreamJob's metadata.uid)")
     if settings.control_address and settings.token_file is None:
         raise SettingsError("--token-file: required when the control endpoint is on (--control-address)")
     uses_s3 = any(

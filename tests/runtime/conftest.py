@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import pause_points
 import pytest
 import runtime_harness
 import runtime_reference as reference
@@ -46,6 +47,12 @@ def jvm_class_archive(events: Input, tmp_path_factory: pytest.TempPathFactory) -
         return None
     runtime_harness.class_archive = archive
     return archive
+
+
+@pytest.fixture(scope="session")
+def pause_jar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The kill tests' JVM pause hook (tests/runtime/pausepoint/), compiled once per session."""
+    return pause_points.build_jar(tmp_path_factory.mktemp("pausepoint"))
 
 
 @pytest.fixture

@@ -137,6 +137,18 @@ class RuntimeProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
 
+    def wait_paused(self, pause_dir: Path, timeout: float = 240) -> str:
+        """Wait until the pause hook (tests/runtime/pause_points.py) holds the process; what it paused at."""
+        marker = pause_dir / "paused"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if marker.exists():
+                return marker.read_text().strip()
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"{self.label} exited {self.proc.returncode} before pausing:\n{self.log_tail()}")
+            time.sleep(0.05)
+        raise AssertionError(f"{self.label} never paused within {timeout}s:\n{self.log_tail()}")
+
     def log_tail(self, lines: int = 60) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
