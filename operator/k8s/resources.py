@@ -205,6 +205,7 @@ def runtime_args(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout
         "--control-address", f"$(POD_IP):{layout.control_port}",
         "--token-file", f"{TOKEN_MOUNT}/{TOKEN_KEY}",
         "--termination-message-file", "/dev/termination-log",
+        "--owner-uid", owner.uid,  # the runtime claims the checkpoint for this job and refuses another's
     ]
     if action.restore_from:
         args += ["--restore-from", action.restore_from]
