@@ -28,10 +28,12 @@ _DROP_KEYS = {"title"}
 # The job's name becomes the value of the streamjob.io/job label on every object
 # the operator and Spark create for it (at most 63 characters), and the stem of
 # the driver Service `<name>-driver`, a DNS-1035 label (a lowercase letter first,
-# no dots; reconcile.names shortens the length, not the characters). The API
-# server only asks a DNS-1123 subdomain of a StreamJob's name (253 characters,
-# digits first and dots allowed), so anything in between would be accepted and
-# then fail on every reconcile pass.
+# no dots; reconcile.names shortens the length, not the characters; Kubernetes
+# 1.36 relaxes Service names to DNS-1123 labels, digit first, by default
+# (KEP-5311), older clusters do not). The API server only asks a DNS-1123
+# subdomain of a StreamJob's name (253 characters, digits first and dots
+# allowed), so anything in between would be accepted and then fail on every
+# reconcile pass.
 MAX_NAME_LENGTH = 63
 NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
@@ -58,7 +60,8 @@ def name_rules() -> list[dict[str, Any]]:
             "rule": f"oldSelf.hasValue() || self.metadata.name.matches('{NAME_PATTERN}')",
             "optionalOldSelf": True,
             "message": "metadata.name must start with a lowercase letter and contain only lowercase letters, digits and '-' "
-            "(no '.'): the driver Service '<name>-driver' must be a DNS-1035 label",
+            "(no '.'): the driver Service '<name>-driver' must be a DNS-1035 label (no Kubernetes allows '.' "
+            "in a Service name; before 1.36 none allows a digit first)",
             # no fieldPath: the API server accepts only paths inside the schema, and metadata is not one
             "reason": "FieldValueInvalid",
         },

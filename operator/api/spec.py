@@ -30,17 +30,18 @@ GO_DURATION_PATTERN = r"^([0-9]+(s|m|h|d))+$"
 
 
 def owned_conf_rules() -> list[dict[str, Any]]:
-    """CEL rules on spec.sparkConf, one per conf the runtime owns, with the runtime's own words.
+    """CEL rules on spec, one per Spark conf the runtime owns, with the runtime's own words.
 
     Built from job_runtime.sparkconf, the list job_runtime.session refuses, so
-    `kubectl apply` refuses exactly what a driver would exit 12 on. The field
-    path points at the key: `spec.sparkConf[spark.sql.shuffle.partitions]`.
+    `kubectl apply` refuses exactly what a driver would exit 12 on. They sit on
+    spec rather than on the map so the field path reads
+    `spec.sparkConf[spark.sql.shuffle.partitions]`.
     """
     return [
         {
-            "rule": f"!('{owned.key}' in self)",
+            "rule": f"!has(self.sparkConf) || !('{owned.key}' in self.sparkConf)",
             "message": owned.rule,
-            "fieldPath": f"['{owned.key}']",
+            "fieldPath": f".sparkConf['{owned.key}']",
             "reason": "FieldValueForbidden",
         }
         for owned in OWNED_CONFS
@@ -193,7 +194,7 @@ class StreamJobSpec(Model):
                     " || self.upgradeMode == 'savepoint' || self.upgradeMode == 'stateless'",
                     "changing statePartitions needs upgradeMode savepoint (offline repartition) or stateless",
                     ".statePartitions"),
-            ]
+            ] + owned_conf_rules()
         }
     )
 
@@ -210,7 +211,6 @@ class StreamJobSpec(Model):
         default_factory=dict, alias="sparkConf",
         description="Extra Spark configuration. Keys the runtime sets itself (" + ", ".join(c.key for c in OWNED_CONFS)
         + ") are refused.",
-        json_schema_extra={"x-kubernetes-validations": owned_conf_rules()},  # type: ignore[dict-item]
     )
     driver: Resources = Field(default_factory=Resources, description="Driver resources.")
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec, description="Executor count and resources.")

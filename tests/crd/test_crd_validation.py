@@ -7,11 +7,15 @@ from kubectl's message alone.
 from __future__ import annotations
 
 import copy
+import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 import yaml
+
+from job_runtime.sparkconf import OWNED_CONFS
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -41,6 +45,13 @@ def removing(path: str) -> Callable[[dict[str, Any]], None]:
         for p in parents:
             node = node[int(p)] if p.isdigit() else node[p]
         del node[leaf]
+
+    return mutate
+
+
+def spark_conf(key: str, value: str) -> Callable[[dict[str, Any]], None]:
+    def mutate(obj: dict[str, Any]) -> None:
+        obj["spec"].setdefault("sparkConf", {})[key] = value
 
     return mutate
 
@@ -84,6 +95,15 @@ INVALID = [
                  "spec.job.pipeline.sources[0].eventTime.watermarkDelay", id="malformed watermark delay is refused"),
     pytest.param(setting("spec.driver.memory", "lots"), "spec.driver.memory", id="malformed driver memory is refused"),
     pytest.param(setting("spec.deletion.timeoutSeconds", -5), "spec.deletion.timeoutSeconds", id="negative deletion timeout is refused"),
+    pytest.param(setting("metadata.name", "a" * 70), "metadata.name", id="name longer than 63 characters is refused"),
+    pytest.param(setting("metadata.name", "1clicks"), "metadata.name", id="name starting with a digit is refused"),
+    pytest.param(setting("metadata.name", "clicks.per.user"), "metadata.name", id="name with dots is refused"),
+    *(
+        # the runtime's own words (job_runtime.sparkconf), so apply time and exit 12 say the same
+        pytest.param(spark_conf(owned.key, "1"), f"spec.sparkConf[{owned.key}]: Forbidden: {owned.rule}",
+                     id=f"sparkConf {owned.key} owned by the runtime is refused")
+        for owned in OWNED_CONFS
+    ),
 ]
 
 
@@ -124,3 +144,10 @@ def test_printer_columns_show_state_and_savepoint(kubectl_run, streamjob_crd, na
     header = kubectl_run("get", "sj", "-n", namespace).stdout.splitlines()[0].split()
     assert header[:6] == ["NAME", "STATE", "READY", "RESTARTS", "BATCH", "LAST-SAVEPOINT"]
     assert kubectl_run("get", "streamjob", "minimal", "-n", namespace).returncode == 0
+    # the savepoint column reads at a glance: its age; the long path only with -o wide
+    path = "s3://streamjob/savepoints/minimal/minimal-20261122T101500Z-manual"
+    status = {"status": {"lastSavepoint": {"path": path, "batchId": 7, "time": "2020-01-01T00:00:00Z", "trigger": "manual"}}}
+    kubectl_run("patch", "sj", "minimal", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    row = kubectl_run("get", "sj", "minimal", "-n", namespace, "--no-headers").stdout
+    assert path not in row and re.search(r"\s\d+y\d*d?\s", row), row  # e.g. "6y330d", not the path
+    assert path in kubectl_run("get", "sj", "minimal", "-n", namespace, "-o", "wide").stdout
