@@ -69,3 +69,9 @@ def test_state_partitions_state_store_and_checkpoint_location_are_owned(key):
 def test_the_refusal_names_the_streamjob_field_that_sets_the_key():
     assert "spec.statePartitions" in crd_refusals()["spark.sql.shuffle.partitions"]
     assert "spec.checkpoint.location" in crd_refusals()["spark.sql.streaming.checkpointLocation"]
+
+
+def test_the_operations_guide_lists_every_owned_key():
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    section = guide.split("## What is refused at apply time", 1)[1].split("\n## ", 1)[0]
+    assert [k for k in crd_refusals() if f"`{k}`" not in section] == []
