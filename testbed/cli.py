@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from pathlib import Path
@@ -54,14 +55,19 @@ def _running_pid() -> int | None:
 
 
 def _env_lines(bed: TestBed, kubeconfig: Path) -> list[str]:
+    """The lines of ``.testbed/env``: the test bed's S3 for boto3 and streamjob-savepoints,
+    and on PATH kubectl, helm and this environment's console scripts (the docs use them)."""
     assert bed.s3 is not None
+    scripts = sysconfig.get_path("scripts")
     lines = [
         f"export KUBECONFIG={kubeconfig}",
         f"export STREAMJOB_S3_ENDPOINT={bed.s3.endpoint}",
+        # what boto3, the aws CLI and streamjob-savepoints read
+        f"export AWS_ENDPOINT_URL={bed.s3.endpoint}",
         f"export AWS_ACCESS_KEY_ID={bed.s3.access_key}",
         f"export AWS_SECRET_ACCESS_KEY={bed.s3.secret_key}",
         f"export AWS_DEFAULT_REGION={bed.s3.region}",
-        f"export PATH={locate.bin_dir()}:$PATH",
+        f"export PATH={locate.bin_dir()}:{scripts}:$PATH",
     ]
     if bed.jars_dir:
         lines.append(f"export STREAMJOB_JARS_DIR={bed.jars_dir}")
