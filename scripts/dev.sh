@@ -2,11 +2,16 @@
 # The README's first command: sets everything up, starts the local test bed
 # (real kube-apiserver + etcd + controller-manager, an S3 server, a process
 # kubelet) in the background, installs the operator with its Helm chart,
-# applies the example StreamJobs, waits for one to run, and prints how to point
-# kubectl at it. Stop it with: streamjob-testbed down
+# applies the example StreamJobs, waits until every one that should run is
+# Ready (a committed batch: .status.ready == true), and prints how to point
+# kubectl at it. If one never gets there within DEV_READY_TIMEOUT seconds
+# (default 300), it prints what is wrong (conditions, last events) and exits 1;
+# the test bed keeps running so it can be inspected. Stop it with:
+# streamjob-testbed down
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+READY_TIMEOUT="${DEV_READY_TIMEOUT:-300}"
 bash scripts/bootstrap.sh
 # shellcheck disable=SC1091
 source .streamjob-env
@@ -14,12 +19,44 @@ streamjob-testbed up --operator \
   --apply examples/minimal.yaml --apply examples/s3-savepoints.yaml --apply examples/suspended.yaml "$@"
 # shellcheck disable=SC1091
 source .testbed/env
-echo "dev: waiting for an example job to run" >&2
-for _ in $(seq 1 60); do
-  if kubectl get sj -A --no-headers 2>/dev/null | grep -q Running; then break; fi
+
+# "namespace/name" of every StreamJob that should run (spec.state is not
+# suspended) and has not committed a batch yet.
+not_ready() {
+  kubectl get sj -A --no-headers \
+    -o custom-columns='NS:.metadata.namespace,NAME:.metadata.name,STATE:.spec.state,READY:.status.ready' |
+    awk '$3 != "suspended" && $4 != "true" { print $1 "/" $2 }'
+}
+
+explain() {
+  local job="$1" ns name
+  ns="${job%%/*}" name="${job#*/}"
+  echo "--- $job: conditions" >&2
+  kubectl get sj "$name" -n "$ns" -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}' >&2 || true
+  echo "--- $job: last error: $(kubectl get sj "$name" -n "$ns" -o jsonpath='{.status.lastError}' 2>/dev/null || true)" >&2
+  echo "--- $job: last events" >&2
+  kubectl get events -n "$ns" --field-selector "involvedObject.name=$name" --sort-by=.lastTimestamp 2>&1 | tail -n 10 >&2 || true
+}
+
+echo "dev: waiting up to ${READY_TIMEOUT}s for the example jobs to be Ready (a committed batch)" >&2
+deadline=$((SECONDS + READY_TIMEOUT))
+waiting="$(not_ready)" || waiting="(kubectl get sj failed)"
+while [[ -n "$waiting" ]] && (( SECONDS < deadline )); do
   sleep 5
+  waiting="$(not_ready)" || waiting="(kubectl get sj failed)"
 done
 kubectl get sj -A
+if [[ -n "$waiting" ]]; then
+  echo >&2
+  echo "dev: not Ready after ${READY_TIMEOUT}s: $(echo "$waiting" | tr '\n' ' ')" >&2
+  while read -r job; do
+    [[ "$job" == */* ]] && explain "$job"
+  done <<< "$waiting"
+  echo >&2
+  echo "dev: the test bed keeps running: source $ROOT/.testbed/env, then kubectl describe sj NAME;" \
+    "logs under $ROOT/.testbed/run; streamjob-testbed down to stop" >&2
+  exit 1
+fi
 echo
 echo "The test bed keeps running. Point kubectl at it with:"
 echo "  source $ROOT/.testbed/env"
