@@ -97,14 +97,23 @@ def latest_committed(paths: Iterable[str]) -> int | None:
     return batches[-1] if batches else None
 
 
-def _state_file_included(parts: Sequence[str], max_version: int) -> bool:
+def state_version_of(path: str) -> int | None:
+    """The state version of ``state/<op>/<partition>/<v>[_id].(changelog|zip|delta|snapshot)``, else None."""
+    parts = path.split("/")
+    if len(parts) != 4 or parts[0] != "state":
+        return None
+    match = _STATE_VERSIONED.match(parts[3])
+    return int(match.group(1)) if match else None
+
+
+def _state_file_included(parts: Sequence[str], max_batch: int, max_version: int) -> bool:
     # parts: ["state", op, partition-or-_metadata, ...]
     if len(parts) < 4:
         return True
     if parts[2] in ("_metadata", "_stateSchema") or parts[3] in ("_metadata", "_stateSchema"):
         # Operator metadata v2 and schema files are keyed by batch id.
         batch = batch_id_of(parts[-1])
-        return batch is None or batch <= max_version
+        return batch is None or batch <= max_batch
     if len(parts) == 4:
         match = _STATE_VERSIONED.match(parts[3])
         if match:
@@ -119,10 +128,18 @@ def include_in_snapshot(path: str, batch_id: int) -> bool:
 
     Kept: ``metadata``; ``offsets/<=N+1`` (N+1, when present, is the batch that was
     planned or in flight: a restore re-runs it with the same offsets, which keeps
-    exactly-once sinks exact); ``commits/<=N``; source logs ``<=N+1``; state versions
-    ``<=N+1`` (batch N's state is version N+1) with every SST file, and operator
-    metadata. Files of later batches are left out, which is what makes a copy of a
-    running query consistent. The runtime's own ``_streamjob_*`` files (the owner
+    exactly-once sinks exact); ``commits/<=N``; every source log entry (they are
+    keyed by the source's log offset, which is not the batch id); state versions
+    ``<=N+2`` (batch N's state is version N+1; N+2 is what the planned batch N+1
+    wrote, see below) with every SST file, and operator metadata. Files of later
+    batches are left out, which is what makes a copy of a running query consistent.
+
+    Why version N+2: a stop (or a kill) can come after the planned batch's sink
+    committed and before its commit-log entry. The restore re-runs that batch; a
+    file sink then skips it as already written, so its stateful operators do not
+    run and version N+2 is never written again: without the copy, the next batch
+    fails ("state/0/1/<N+2>.changelog does not exist"). When the sink had not
+    committed, the re-run overwrites whatever part of N+2 was copied. The runtime's own ``_streamjob_*`` files (the owner
     marker, an unfinished restore's marker, files recovery moved aside) belong to
     the checkpoint location, not to its content, and are left out: a savepoint
     restored by another job must not carry this job's ownership. Other unknown
@@ -141,10 +158,14 @@ def include_in_snapshot(path: str, batch_id: int) -> bool:
         batch = batch_id_of(parts[-1]) if len(parts) == 2 else None
         return batch is not None and batch <= batch_id + 1
     if top == "sources":
-        batch = batch_id_of(parts[-1])
-        return batch is None or batch <= batch_id + 1
+        # Keyed by the source's own log offset, not by batch id: after a kill the two
+        # drift apart (the killed run logged files a later batch then took along), so
+        # filtering by batch id dropped entries a planned batch reads ("batch 9 doesn't
+        # exist" at restore). An entry ahead of the offsets is harmless: the restored
+        # query reads its files in its next batch, exactly once.
+        return True
     if top == "state":
-        return _state_file_included(parts, batch_id + 1)
+        return _state_file_included(parts, batch_id + 1, batch_id + 2)
     return True
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,7 +256,7 @@ class Store:
         if self.location.scheme == "file":
             target = self.local_path(relative)
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.streamjob.tmp")
+            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.streamjob.tmp")
             tmp.write_bytes(data)
             try:
                 os.link(tmp, target)

@@ -710,17 +710,16 @@ def restore_savepoint(
 
 
 def _belongs_to_batch(path: str, batch: int) -> bool:
-    """Files a planned batch wrote before it committed: its offsets and source log entries.
+    """Files a planned batch wrote before it committed that must go with it: its offsets
+    entry and the state version it wrote (batch+1).
 
-    State of version batch+1 is not among them: a savepoint keeps state up to
-    version planned_batch (= committed batch + 1) only.
+    Its source log entries stay (they are keyed by the source's log offset, not by
+    batch id, and a logged entry no offsets entry uses is read by the next batch).
     """
     parts = path.split("/")
     if parts[0] == "offsets" and len(parts) == 2:
         return ckpt.batch_id_of(parts[1]) == batch
-    if parts[0] == "sources":
-        return ckpt.batch_id_of(parts[-1]) == batch
-    return False
+    return ckpt.state_version_of(path) == batch + 1
 
 
 def unfinished_restore(checkpoint_location: str, *, s3_config: S3Config | None = None) -> str | None:

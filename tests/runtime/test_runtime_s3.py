@@ -7,10 +7,12 @@ runtime only as AWS_* environment variables.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
 import runtime_outputs as outputs
+from pause_points import FILE_CONTEXT_MANAGER, PausePoint, jvm_hook_args
 
 from runtime_harness import S3_BUCKET as BUCKET
 from runtime_harness import RuntimeProcess, example_job, run_args, runtime_env
@@ -32,8 +34,17 @@ def download(s3: object, prefix: str, target: Path) -> Path:
     return target
 
 
+def listing(s3: object, prefix: str) -> dict[str, int]:
+    paginator = s3.get_paginator("list_objects_v2")  # type: ignore[attr-defined]
+    return {
+        obj["Key"][len(prefix) + 1 :]: int(obj["Size"])
+        for page in paginator.paginate(Bucket=BUCKET, Prefix=prefix + "/")
+        for obj in page.get("Contents", [])
+    }
+
+
 def test_s3a_checkpoint_and_s3_savepoint_round_trip(
-    events: Input, s3_server: S3Server, processes: list[RuntimeProcess], tmp_path: Path
+    events: Input, s3_server: S3Server, processes: list[RuntimeProcess], pause_jar: Path, tmp_path: Path
 ) -> None:
     creds = s3_server.credentials
     env = runtime_env({
@@ -46,6 +57,23 @@ def test_s3a_checkpoint_and_s3_savepoint_round_trip(
     s3_args = ("--s3-endpoint", creds.endpoint, "--s3-path-style", "--s3-region", creds.region)
     out = tmp_path / "out"
     job = example_job("tumbling", events.directory, out, tmp_path / "job.json")
+
+    # killed while the first offset-log entry is written on s3a: the restart must recover
+    s3 = client(creds)
+    point = PausePoint(r"write:/ckpt1/offsets/0$", "while the first offset-log entry was written")
+    killed = RuntimeProcess(
+        tmp_path / "killed",
+        run_args(job, f"s3a://{BUCKET}/{run}/ckpt1", trigger="3 seconds", extra=(*s3_args, *jvm_hook_args(pause_jar))),
+        env={**env, **point.env(tmp_path / "pause", delegate=FILE_CONTEXT_MANAGER)}, label="killed",
+    )
+    processes.append(killed.start())
+    killed.wait_paused(tmp_path / "pause")
+    killed.kill()
+    everything = listing(s3, f"{run}/ckpt1")
+    (tmp_path / "killed-leftover.json").write_text(json.dumps(everything, indent=1))
+    left = {k: v for k, v in everything.items() if k and not k.endswith("/")}  # S3A's directory markers aside
+    assert "metadata" in left and not any(p.startswith("commits/") for p in left), left
+    assert "offsets/0" not in left, left
 
     first = RuntimeProcess(
         tmp_path / "first",
@@ -60,7 +88,6 @@ def test_s3a_checkpoint_and_s3_savepoint_round_trip(
     assert first.wait(300) == ExitCode.STOPPED_FOR_SAVEPOINT, first.log_tail()
     savepoint = str(accepted["path"])
     assert savepoint.startswith(f"s3://{BUCKET}/{run}/savepoints/")
-    s3 = client(creds)
     key = savepoint.removeprefix(f"s3://{BUCKET}/")
     assert s3.head_object(Bucket=BUCKET, Key=f"{key}/{MANIFEST_NAME}")["ContentLength"] > 0
 
