@@ -194,7 +194,8 @@ class StreamJobSpec(Model):
                     " || self.upgradeMode == 'savepoint' || self.upgradeMode == 'stateless'",
                     "changing statePartitions needs upgradeMode savepoint (offline repartition) or stateless",
                     ".statePartitions"),
-            ] + owned_conf_rules()
+                *owned_conf_rules(),
+            ]
         }
     )
 
