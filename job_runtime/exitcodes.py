@@ -10,7 +10,9 @@ import, so the operator can import this module without pyspark installed.
     10  STOPPED_FOR_SAVEPOINT  stopped after a savepoint was written (manifest present)
     11  STOPPED_BY_REQUEST     stopped cleanly by POST /stop or SIGTERM, no savepoint
     12  INVALID_JOB            job definition or runtime configuration unusable; permanent
-    13  RESTORE_REFUSED        savepoint refused or checkpoint incompatible; permanent
+    13  RESTORE_REFUSED        savepoint refused or checkpoint incompatible (owned by another
+                               StreamJob, damaged where a committed batch needs it, stateful
+                               operators Spark cannot map to its state); permanent
 
 Any other code (137 after SIGKILL, a JVM crash, 2 from a Python usage error
 outside argparse) is a failure too: see `classify`.

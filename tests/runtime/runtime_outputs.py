@@ -76,3 +76,23 @@ def foreach_batch_rows(directory: Path, batches: range | None = None) -> Counter
         for part in sorted(path.glob("part-*")):
             rows.update(_json_rows(part))
     return rows
+
+
+def differences(got: Counter[Row], expected: Counter[Row]) -> dict[str, int]:
+    """How `got` differs from `expected`, per window (user, start, end): missing windows,
+    duplicated rows (a window written more than once), different values, unexpected windows."""
+    def by_window(rows: Counter[Row]) -> dict[tuple[str, int, int], list[tuple[int, int]]]:
+        found: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
+        for (user, start, end, events, total), count in rows.items():
+            found.setdefault((user, start, end), []).extend([(events, total)] * count)
+        return found
+
+    have, want = by_window(got), by_window(expected)
+    return {
+        "rows": sum(got.values()),
+        "expected": sum(expected.values()),
+        "missing": sum(1 for w in want if w not in have),
+        "duplicated": sum(len(v) - 1 for v in have.values() if len(v) > 1),
+        "different": sum(1 for w, v in want.items() if w in have and sorted(set(have[w])) != sorted(v)),
+        "unexpected": sum(1 for w in have if w not in want),
+    }

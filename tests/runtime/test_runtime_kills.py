@@ -10,13 +10,11 @@ the final run must equal the reference exactly: nothing lost, nothing twice.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import runtime_outputs as outputs
 from runtime_harness import RuntimeProcess, example_job, run_args
 from runtime_inputs import Input
@@ -67,15 +65,3 @@ def run_with_kills(events: Input, processes: list[RuntimeProcess], tmp_path: Pat
 
 def test_sigkill_at_five_points_then_exactly_once(events: Input, processes: list[RuntimeProcess], tmp_path: Path) -> None:
     run_with_kills(events, processes, tmp_path, KILLS)
-
-
-@pytest.mark.slow
-def test_sigkill_many_times_then_exactly_once(events: Input, processes: list[RuntimeProcess], tmp_path: Path) -> None:
-    rng = random.Random(11)
-    kills: list[tuple[str, Check, float]] = [("while the JVM starts", STARTING, rng.uniform(0, 8))]
-    for batch in range(0, 10):
-        delay = rng.choice((0.0, 0.1, 0.3, 0.6, 1.0, 2.0))
-        kills.append((f"{delay} s after batch {batch} committed", committed(batch), delay))
-        if batch % 3 == 0:
-            kills.append(("as the query starts", QUERY_STARTED, rng.uniform(0, 1.5)))
-    run_with_kills(events, processes, tmp_path, kills)
