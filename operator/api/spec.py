@@ -240,7 +240,10 @@ class StreamJobSpec(Model):
     )
     allow_non_restored_state: bool = Field(
         default=False, alias="allowNonRestoredState",
-        description="Start even if the savepoint has state the new job does not use (dropped), instead of refusing.",
+        description="Start even when the checkpoint or the savepoint it restores holds state of stateful operators the "
+        "query no longer has (removed without renumbering the kept ones): that state is deleted from the job's own "
+        "checkpoint, never from the savepoint. Added, replaced or reordered stateful operators are refused (driver exit 13) "
+        "with or without it; start those from fresh state (upgradeMode stateless).",
     )
     savepoint_nonce: int = Field(default=0, alias="savepointNonce", ge=0, description="Change to take a savepoint now without stopping the job.")
     restart_nonce: int = Field(default=0, alias="restartNonce", ge=0, description="Change to restart the driver from the latest checkpoint.")
