@@ -94,7 +94,7 @@ class Chain:
     def wait_paused_or_kill(self, proc: RuntimeProcess, point: PausePoint, kind: str, started: float) -> None:
         try:
             where = proc.wait_paused(self.tmp_path / "pause", timeout=PAUSE_TIMEOUT)
-            self.kill(proc, kind, f"{point.what} ({where.rsplit('/', 2)[-2:] if '/' in where else where})", started)
+            self.kill(proc, kind, f"{point.what} ({'/'.join(where.rsplit('/', 2)[-2:])})", started)
         except AssertionError:
             if proc.proc is not None and proc.proc.poll() is not None:
                 raise
