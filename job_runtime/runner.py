@@ -435,12 +435,27 @@ class Runner:
         return None
 
     def _stop_query(self) -> str | None:
-        """Stop the query; the error it had failed with, if it had."""
+        """Stop the query; the error it had failed with, if it had.
+
+        ``stop()`` interrupts the stream thread wherever it is; a read it interrupts
+        (the S3 stream's "Read interrupted while waiting for data") ends the query
+        with that exception, which is our stop, not a failure: the batch in flight
+        re-runs from the write-ahead log, as after any stop.
+        """
         query = self._query
         assert query is not None
+        failed_before = None if query.isActive else query.exception()
         query.stop()
+        if failed_before is not None:
+            return _describe(failed_before)
         error = query.exception()
-        return _describe(error) if error is not None else None
+        if error is None:
+            return None
+        if interrupted_by_stop(error):
+            log.info("stopped query job=%s note=the stop interrupted the batch in flight, which re-runs from the log error=%s",
+                     self.settings.job_id, _describe(error))
+            return None
+        return _describe(error)
 
     def _stop(self, reason: str) -> ExitCode:
         self._stop_reason = self._stop_reason or reason
@@ -558,6 +573,13 @@ class Runner:
         log.error("failed job=%s exitCode=%d error=%s", self.settings.job_id, int(code), message)
         print(f"streamjob-runtime: {message}", file=sys.stderr, flush=True)
         return code
+
+
+def interrupted_by_stop(err: BaseException) -> bool:
+    """Whether a query's error is the interruption that ``query.stop()`` causes (any cause in the chain)."""
+    text = str(err)
+    return any(mark in text for mark in ("InterruptedException", "InterruptedIOException", "ClosedByInterruptException",
+                                         "Read interrupted"))
 
 
 def _describe(err: BaseException) -> str:
