@@ -4,11 +4,12 @@ Called by job_runtime.savepoint while it copies files (savepoints and restores).
 Off unless the environment names a point; nothing else in the runtime reads
 these variables. The kill tests (tests/runtime/test_runtime_kill_points.py) set:
 
-    STREAMJOB_PAUSE_AT   "savepoint:<n>"  pause after the n-th file of a savepoint was copied
+    STREAMJOB_PAUSE_AT   points, one a line; this hook takes
+                         "savepoint:<n>"  pause after the n-th file of a savepoint was copied
                          "restore:<n>"    pause after the n-th file of a restore was copied
                          (points inside Spark's own writes, "open:|write:|close:<regex>",
                          belong to the test's JVM hook, tests/runtime/pausepoint/)
-    STREAMJOB_PAUSE_DIR  where "paused" is written when the point is reached
+    STREAMJOB_PAUSE_DIR  where "paused-<line number>" is written when a point is reached
 
 The pausing thread writes the marker and blocks for good: only the kill ends it.
 """
@@ -28,18 +29,20 @@ _counts: dict[str, int] = {}
 
 
 def reached(point: str) -> None:
-    """Count one occurrence of `point`; pause for good when it is the one STREAMJOB_PAUSE_AT names."""
+    """Count one occurrence of `point`; pause for good when STREAMJOB_PAUSE_AT names this occurrence."""
     wanted = os.environ.get(PAUSE_AT)
-    if not wanted or not wanted.startswith(point + ":"):
+    if not wanted or f"{point}:" not in wanted:
         return
     with _lock:
         _counts[point] = _counts.get(point, 0) + 1
-        hit = wanted == f"{point}:{_counts[point]}"
-    if not hit:
+        spec = f"{point}:{_counts[point]}"
+    lines = wanted.split("\n")
+    if spec not in lines:
         return
     directory = Path(os.environ.get(PAUSE_DIR, "."))
-    tmp = directory / "paused.tmp"
-    tmp.write_text(f"{wanted}\n")
-    tmp.replace(directory / "paused")
+    marker = f"paused-{lines.index(spec)}"
+    tmp = directory / f"{marker}.tmp"
+    tmp.write_text(f"{spec}\n")
+    tmp.replace(directory / marker)
     while True:
         time.sleep(60)

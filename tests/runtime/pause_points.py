@@ -7,8 +7,9 @@ Used by the runtime kill tests. Two hooks, both off unless STREAMJOB_PAUSE_AT is
   "open:<regex>", "write:<regex>", "close:<regex>" on the path written;
 - inside the runtime's savepoint and restore copies: job_runtime.testhooks,
   points "savepoint:<n>" and "restore:<n>".
-The paused process writes <pause dir>/paused; the test then kills its process
-group, exactly as a pod kill would at that instant.
+Several points can be armed at once (a savepoint copy and a Spark write, both
+paused); point i writes <pause dir>/paused-i when reached, and the test then kills
+the process group, exactly as a pod kill would at that instant.
 """
 
 from __future__ import annotations
@@ -46,12 +47,18 @@ class PausePoint:
     what: str
 
     def env(self, pause_dir: Path, delegate: str | None = None) -> dict[str, str]:
-        pause_dir.mkdir(parents=True, exist_ok=True)
-        (pause_dir / "paused").unlink(missing_ok=True)
-        env = {"STREAMJOB_PAUSE_AT": self.spec, "STREAMJOB_PAUSE_DIR": str(pause_dir)}
-        if delegate:
-            env["STREAMJOB_PAUSE_DELEGATE"] = delegate
-        return env
+        return pause_env([self], pause_dir, delegate)
+
+
+def pause_env(points: list[PausePoint], pause_dir: Path, delegate: str | None = None) -> dict[str, str]:
+    """The environment that arms `points` (point i writes <pause_dir>/paused-i when reached)."""
+    pause_dir.mkdir(parents=True, exist_ok=True)
+    for old in pause_dir.glob("paused-*"):
+        old.unlink()
+    env = {"STREAMJOB_PAUSE_AT": "\n".join(p.spec for p in points), "STREAMJOB_PAUSE_DIR": str(pause_dir)}
+    if delegate:
+        env["STREAMJOB_PAUSE_DELEGATE"] = delegate
+    return env
 
 
 def jvm_hook_args(jar: Path) -> tuple[str, ...]:

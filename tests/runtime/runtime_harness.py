@@ -137,13 +137,14 @@ class RuntimeProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
 
-    def wait_paused(self, pause_dir: Path, timeout: float = 240) -> str:
-        """Wait until the pause hook (tests/runtime/pause_points.py) holds the process; what it paused at."""
-        marker = pause_dir / "paused"
+    def wait_paused(self, pause_dir: Path, timeout: float = 240, points: int = 1) -> str:
+        """Wait until the pause hooks (tests/runtime/pause_points.py) hold the process at all `points`
+        armed points; what they paused at, one a line."""
+        markers = [pause_dir / f"paused-{i}" for i in range(points)]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if marker.exists():
-                return marker.read_text().strip()
+            if all(m.exists() for m in markers):
+                return "\n".join(m.read_text().strip() for m in markers)
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"{self.label} exited {self.proc.returncode} before pausing:\n{self.log_tail()}")
             time.sleep(0.05)

@@ -7,14 +7,15 @@ left what it should and kills the process group, as a pod kill would. Instants:
 - the first offset-log entry half written: the leftover that bricked restarts
   with STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY;
 - a state store commit with one partition committed and the batch not;
-- a running savepoint half copied; a stop-with-savepoint half copied;
-- a batch whose offsets, sink output and state are written but not its commit
-  (then a savepoint of exactly that: the restore re-runs a batch the sink skips);
+- a stop-with-savepoint half copied;
+- at once, a running savepoint half copied and a batch whose offsets, sink output
+  and state are written but not its commit (then a savepoint of exactly that: the
+  restore re-runs a batch the file sink skips as written);
 - a restore (by another job, into its own checkpoint) half copied.
 
-Between them: a savepoint of the killed job's checkpoint written offline, and two
-refusals that need no JVM (a half-copied savepoint, a checkpoint owned by another job). The restored job
-finishes the stream; the file sink's committed output must equal the reference.
+Between them: two refusals that need no JVM (a half-copied savepoint, a checkpoint
+owned by another job). The restored job finishes the stream; the file sink's
+committed output must equal the reference.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import re
 from pathlib import Path
 
 import runtime_outputs as outputs
-from pause_points import PausePoint, jvm_hook_args
+from pause_points import PausePoint, jvm_hook_args, pause_env
 from runtime_harness import RuntimeProcess, example_job, run_args, runtime_env
 from runtime_inputs import Input
 
@@ -34,7 +35,6 @@ from job_runtime.savepoint import MANIFEST_NAME, RESTORE_MARKER, write_savepoint
 
 FIRST_OFFSETS = PausePoint(r"write:/ckpt1/offsets/0$", "while the first offset-log entry was written")
 STATE_COMMIT = PausePoint(r"close:/ckpt1/state/0/0/2\.changelog$", "in batch 1's state commit (partition 0 done, partition 1 not)")
-BEFORE_COMMIT = PausePoint(r"open:/ckpt1/commits/\d+$", "after a batch's sink and state committed, before its commit")
 
 
 def files_under(root: Path) -> dict[str, int]:
@@ -59,17 +59,19 @@ def test_sigkill_at_named_instants_then_exactly_once(
     args1 = run_args(job, ckpt1.as_uri(), trigger=SLOW_TRIGGER, extra=("--owner-uid", first_uid, *jvm_hook_args(pause_jar)))
     runs = tmp_path / "runs"
 
-    def start(point: PausePoint | None, args: list[str] = args1) -> RuntimeProcess:
-        env = runtime_env(point.env(pauses)) if point else runtime_env()
+    def start(*points: PausePoint, args: list[str] = args1) -> RuntimeProcess:
+        env = runtime_env(pause_env(list(points), pauses)) if points else runtime_env()
         proc = RuntimeProcess(runs, args, env=env, label=f"run-{len(processes)}")
         processes.append(proc.start())
         return proc
 
-    def pause_then_kill(proc: RuntimeProcess, point: PausePoint) -> None:
-        where = proc.wait_paused(pauses)
-        if ":" in point.spec and not point.spec.split(":", 1)[1].isdigit():
-            assert re.search(point.spec.split(":", 1)[1], where), (point.what, where)
+    def pause_then_kill(proc: RuntimeProcess, *points: PausePoint) -> list[str]:
+        where = proc.wait_paused(pauses, points=len(points)).splitlines()
+        for point, paused in zip(points, where):
+            if not point.spec.split(":", 1)[1].isdigit():
+                assert re.search(point.spec.split(":", 1)[1], paused), (point.what, paused)
         proc.kill()
+        return where
 
     # 1. the first offset-log entry half written: exactly the leftover that bricked restarts
     pause_then_kill(start(FIRST_OFFSETS), FIRST_OFFSETS)
@@ -84,37 +86,35 @@ def test_sigkill_at_named_instants_then_exactly_once(
     assert "removed checkpoint leftover" in proc.log_text() and "offsets/.0." in proc.log_text(), proc.log_tail()
     left = files_under(ckpt1)
     assert "state/0/0/2.changelog" in left and "commits/1" not in left, sorted(left)
-
-    # 3. a savepoint of the running job, half copied
-    running = PausePoint("savepoint:2", "a running savepoint, two files copied")
-    proc = start(running)
-    batch = committed_past(proc, 1)
-    half = tmp_path / "sp-running"
-    code, accepted = proc.request("POST", "/savepoints", {"path": half.as_uri(), "stop": False})
-    assert code == 202, accepted
-    pause_then_kill(proc, running)
-    assert half.is_dir() and not (half / MANIFEST_NAME).exists()
     assert json.loads((ckpt1 / OWNER_FILE).read_text())["uid"] == first_uid
 
-    # 4. a stop-with-savepoint, half copied (the query was already stopped)
+    # 3. a stop-with-savepoint, half copied (the query was already stopped)
     stopping = PausePoint("savepoint:3", "a stop-with-savepoint, three files copied")
     proc = start(stopping)
-    batch = committed_past(proc, batch)
+    committed_past(proc, 0)
     half_stop = tmp_path / "sp-stop"
     code, accepted = proc.request("POST", "/savepoints", {"path": half_stop.as_uri(), "stop": True})
     assert code == 202, accepted
     pause_then_kill(proc, stopping)
-    assert not (half_stop / MANIFEST_NAME).exists()
+    assert half_stop.is_dir() and not (half_stop / MANIFEST_NAME).exists()
 
-    # 5. the planned batch's sink output and state committed, its commit-log entry not written
-    proc = start(BEFORE_COMMIT)
-    where = proc.wait_paused(pauses)
-    proc.kill()
-    planned = int(where.rsplit("/", 1)[1])
+    # 4. at once: a running savepoint half copied, and a batch whose offsets, sink output and
+    #    state are written but not its commit-log entry (the savepoint copy and the query both paused)
+    latest = max(int(p.name) for p in (ckpt1 / "commits").iterdir() if p.name.isdigit())
+    planned = latest + 2
+    running = PausePoint("savepoint:2", "a running savepoint, two files copied")
+    before_commit = PausePoint(rf"open:/ckpt1/commits/{planned}$", f"batch {planned} ran, commits/{planned} not written")
+    proc = start(running, before_commit)
+    committed_past(proc, latest)
+    half = tmp_path / "sp-running"
+    code, accepted = proc.request("POST", "/savepoints", {"path": half.as_uri(), "stop": False})
+    assert code == 202, accepted
+    pause_then_kill(proc, running, before_commit)
+    assert half.is_dir() and not (half / MANIFEST_NAME).exists()
     assert (out / "_spark_metadata" / str(planned)).exists() and not (ckpt1 / "commits" / str(planned)).exists()
     assert (ckpt1 / "offsets" / str(planned)).exists() and (ckpt1 / "state" / "0" / "0" / f"{planned + 1}.changelog").exists()
 
-    # 6. a savepoint of what the kill left, written offline (streamjob-savepoints create)
+    # a savepoint of exactly that, written offline (streamjob-savepoints create)
     savepoint = tmp_path / "sp-complete"
     write_savepoint(
         ckpt1.as_uri(), savepoint.as_uri(), job_name="job", job_namespace="tests", job_hash="", spark_version="4.3.0"
@@ -126,21 +126,21 @@ def test_sigkill_at_named_instants_then_exactly_once(
     assert not (savepoint / OWNER_FILE).exists() and all(not f["path"].startswith("_streamjob") for f in manifest["files"])
 
     # refused before any JVM starts: a half-copied savepoint, and a checkpoint another job owns
-    refused = start(None, run_args(job, (tmp_path / "never").as_uri(), extra=("--restore-from", half_stop.as_uri())))
+    refused = start(args=run_args(job, (tmp_path / "never").as_uri(), extra=("--restore-from", half_stop.as_uri())))
     assert refused.wait(120) == ExitCode.RESTORE_REFUSED and MANIFEST_NAME in refused.log_text(), refused.log_tail()
-    intruder = start(None, run_args(job, ckpt1.as_uri(), name="other", extra=("--owner-uid", second_uid)))
+    intruder = start(args=run_args(job, ckpt1.as_uri(), name="other", extra=("--owner-uid", second_uid)))
     assert intruder.wait(120) == ExitCode.RESTORE_REFUSED, intruder.log_tail()
     message = intruder.termination()["message"]
     assert f"is owned by StreamJob tests/job (uid {first_uid})" in message and str(ckpt1) in message, message
 
-    # 7. another job restores the savepoint into its own checkpoint: killed half copied, then finished
+    # 5. another job restores the savepoint into its own checkpoint: killed half copied, then finished
     restore_args = run_args(job, ckpt2.as_uri(), extra=("--restore-from", savepoint.as_uri(), "--owner-uid", second_uid))
     restoring = PausePoint("restore:4", "a restore, four files copied")
-    pause_then_kill(start(restoring, restore_args), restoring)
+    pause_then_kill(start(restoring, args=restore_args), restoring)
     assert (ckpt2 / RESTORE_MARKER).exists()
     assert json.loads((ckpt2 / OWNER_FILE).read_text())["uid"] == second_uid
 
-    final = start(None, restore_args)
+    final = start(args=restore_args)
     assert final.wait(600) == ExitCode.FINISHED, final.log_tail()
     assert "restored savepoint" in final.log_text() and "skipped checkpoint recovery" in final.log_text()
     assert json.loads((ckpt2 / OWNER_FILE).read_text())["uid"] == second_uid and not (ckpt2 / RESTORE_MARKER).exists()

@@ -8,10 +8,15 @@ Spark error texts are Spark 4.3's own, captured from real runs.
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+from runtime_harness import S3_BUCKET as BUCKET
 
 from job_runtime import nonrestored, recovery
 from job_runtime.recovery import Action, CheckpointDamagedError
+from job_runtime.s3 import S3Config, Store, parse_location
+from testbed.s3 import S3Server
 
 
 def offsets(log_offset: int) -> bytes:
@@ -168,6 +173,22 @@ def test_recovery_keeps_the_moved_file_and_removes_it_from_the_checkpoint(tmp_pa
     assert len(moved) == 1 and moved[0].read_bytes() == b""
     assert recovery.recover_checkpoint(root.as_uri(), job="tests/job") == [], "a second pass finds nothing"
     assert all(isinstance(a, Action) for a in done)
+
+
+def test_recovery_on_s3_moves_aside_and_removes(s3_server: S3Server) -> None:
+    c = s3_server.credentials
+    config = S3Config(endpoint_url=c.endpoint, region=c.region, access_key_id=c.access_key, secret_access_key=c.secret_key)
+    uri = f"s3a://{BUCKET}/recovery-{uuid.uuid4().hex[:8]}/ckpt"
+    store = Store(parse_location(uri), config.client())
+    files = {p: b for p, b in committed(1).items() if not p.rsplit("/", 1)[-1].startswith(".")}
+    for path, data in {**files, "offsets/2": b"", f"offsets/.2.{UUID}.tmp": offsets(2)}.items():
+        store.write_bytes(path, data)
+    done = recovery.recover_checkpoint(uri, job="tests/job", s3=config)
+    assert {(a.kind, a.path) for a in done} == {("move", "offsets/2"), ("delete", f"offsets/.2.{UUID}.tmp")}
+    left = {f.path for f in store.list()}
+    assert "offsets/2" not in left and f"offsets/.2.{UUID}.tmp" not in left and "offsets/1" in left
+    moved = [p for p in left if p.startswith(recovery.QUARANTINE_DIR + "/")]
+    assert len(moved) == 1 and moved[0].endswith("/offsets/2") and store.read_bytes(moved[0]) == b""
 
 
 NOT_MATCH = (

@@ -1,12 +1,15 @@
 """Every leftover a killed driver (or a damaged copy) can leave, built from a real checkpoint, on disk and on S3.
 
 Each case takes the session's real RocksDB checkpoint (4 committed batches),
-changes it the way the instant in question leaves it, shows what Spark 4.3 does
-with it unrepaired where that is a failure, runs job_runtime.recovery, and
+changes it the way the instant in question leaves it, shows that Spark 4.3 fails
+on it unrepaired, runs job_runtime.recovery, and
 checks that Spark then resumes with the state computed independently
 (savepoint_helpers.expected_counts): nothing lost, nothing twice. Cases that
 must not be repaired are refused with the checkpoint left as it was.
-The same instants are hit by real kills in tests/runtime/test_runtime_kill_points.py.
+Leftovers Spark copes with by itself (a temporary file in commits/ or state/, a
+planned batch without its commit, an orphan checksum) are in the decision table of
+tests/runtime/test_runtime_recovery_rules.py and hit by real kills in
+tests/runtime/test_runtime_kill_points.py and test_runtime_kills_random.py.
 """
 
 from __future__ import annotations
@@ -63,15 +66,9 @@ def fresh_start(cp: Path) -> None:
     (cp / "offsets" / f"..0.{TMP}.tmp.crc").write_bytes(b"")
 
 
-def uncommit(cp: Path, batch: int) -> None:
-    (cp / "commits" / str(batch)).unlink()
-    (cp / "commits" / f".{batch}.crc").unlink()
-
-
-def next_offsets(cp: Path, data: bytes | None) -> None:
-    """offsets/4 as a write that left it empty (None: a copy of offsets/3, a valid planned batch)."""
-    source = (cp / "offsets" / "3").read_bytes()
-    (cp / "offsets" / "4").write_bytes(source if data is None else data)
+def next_offsets(cp: Path, data: bytes) -> None:
+    """offsets/4, the planned batch's entry, with these bytes."""
+    (cp / "offsets" / "4").write_bytes(data)
 
 
 def truncate(path: Path, keep: int) -> None:
@@ -80,27 +77,14 @@ def truncate(path: Path, keep: int) -> None:
     crc.unlink(missing_ok=True)
 
 
-# (id, change, Spark's failure without recovery (None: Spark copes), what recovery does)
-CASES: list[tuple[str, Callable[[Path], None], str | None, set[tuple[str, str]]]] = [
+# (id, change, Spark's failure without recovery, what recovery does)
+CASES: list[tuple[str, Callable[[Path], None], str, set[tuple[str, str]]]] = [
     (
         "first-offsets-write-killed",
         fresh_start,
         "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY",
         {("delete", f"offsets/.0.{TMP}.tmp"), ("delete", f"offsets/..0.{TMP}.tmp.crc")},
     ),
-    (
-        "commit-write-killed",
-        lambda cp: (uncommit(cp, 3), (cp / "commits" / f".3.{TMP}.tmp").write_bytes(b"v1\n")),
-        None,
-        {("delete", f"commits/.3.{TMP}.tmp")},
-    ),
-    (
-        "state-commit-killed",
-        lambda cp: (uncommit(cp, 3), (cp / "state" / "0" / "1" / f".4.changelog.{TMP}.TID9.tmp").write_bytes(b"\x00")),
-        None,
-        {("delete", f"state/0/1/.4.changelog.{TMP}.TID9.tmp")},
-    ),
-    ("planned-batch-not-committed", lambda cp: uncommit(cp, 3), None, set()),
     ("empty-planned-offsets", lambda cp: next_offsets(cp, b""), "Incomplete log file", {("move", "offsets/4")}),
     (
         "truncated-planned-offsets",
@@ -120,26 +104,19 @@ CASES: list[tuple[str, Callable[[Path], None], str | None, set[tuple[str, str]]]
         "Incomplete log file",
         {("move", "sources/0/4")},
     ),
-    (
-        "orphan-checksum",
-        lambda cp: (cp / "offsets" / ".7.crc").write_bytes((cp / "offsets" / ".3.crc").read_bytes()),
-        None,
-        {("delete", "offsets/.7.crc")},
-    ),
 ]
 
 
 @pytest.mark.parametrize(("change", "failure", "repairs"), [pytest.param(c, f, r, id=i) for i, c, f, r in CASES])
 def test_recovery_on_disk_then_spark_resumes_exactly(
     spark: Any, real_checkpoint: RealCheckpoint, tmp_path: Path,
-    change: Callable[[Path], None], failure: str | None, repairs: set[tuple[str, str]],
+    change: Callable[[Path], None], failure: str, repairs: set[tuple[str, str]],
 ) -> None:
     cp = real_checkpoint.copy_to(tmp_path / "cp")
     change(cp)
-    if failure is not None:  # on a copy: a failed query may leave files of its own
-        shutil.copytree(cp, tmp_path / "unrepaired")
-        found = spark_failure(spark, real_checkpoint.input_dir, f"file://{tmp_path / 'unrepaired'}")
-        assert failure in found, found
+    shutil.copytree(cp, tmp_path / "unrepaired")  # on a copy: a failed query may leave files of its own
+    found = spark_failure(spark, real_checkpoint.input_dir, f"file://{tmp_path / 'unrepaired'}")
+    assert failure in found, found
     done = recovery.recover_checkpoint(f"file://{cp}", job="tests/recovery")
     assert {(a.kind, a.path) for a in done} == repairs
     assert with_extra_file(spark, real_checkpoint, f"file://{cp}", tmp_path, 10) == plus(real_checkpoint.files, 10)
@@ -164,12 +141,13 @@ def upload(root: Path, store: Store, only: Callable[[str], bool] = lambda _: Tru
 
 
 def test_recovery_on_s3a_then_spark_resumes_exactly(
-    spark: Any, real_checkpoint: RealCheckpoint, tmp_path: Path, s3_config: S3Config, s3_client: Any
+    spark: Any, real_checkpoint: RealCheckpoint, s3_config: S3Config, s3_client: Any
 ) -> None:
     """S3 has no local rename: a write killed after the temporary object was stored and before it
-    was copied into place leaves that object (Hadoop's rename-based file manager)."""
+    was copied into place leaves that object (Hadoop's rename-based file manager). Moving aside on
+S3 is in tests/runtime/test_runtime_recovery_rules.py."""
     prefix = f"s3a://{BUCKET}/recovery-{uuid.uuid4().hex[:8]}"
-    fresh, planned = Store(parse_location(f"{prefix}/fresh"), s3_client), Store(parse_location(f"{prefix}/planned"), s3_client)
+    fresh = Store(parse_location(f"{prefix}/fresh"), s3_client)
     upload(real_checkpoint.path, fresh, lambda rel: rel in ("metadata", "sources/0/0"))
     fresh.write_bytes(f"offsets/.0.{TMP}.tmp", (real_checkpoint.path / "offsets" / "0").read_bytes())
     failure = spark_failure(spark, real_checkpoint.input_dir, f"{prefix}/fresh")
@@ -178,10 +156,3 @@ def test_recovery_on_s3a_then_spark_resumes_exactly(
     assert [(a.kind, a.path) for a in done] == [("delete", f"offsets/.0.{TMP}.tmp")]
     run_to_end(spark, real_checkpoint.input_dir, f"{prefix}/fresh")
     assert read_state(spark, f"{prefix}/fresh") == expected_counts(real_checkpoint.files)
-
-    upload(real_checkpoint.path, planned)
-    planned.write_bytes("offsets/4", b"")
-    done = recovery.recover_checkpoint(f"{prefix}/planned", job="tests/recovery", s3=s3_config)
-    assert [(a.kind, a.path) for a in done] == [("move", "offsets/4")]
-    assert not planned.exists("offsets/4") and any(f.path.endswith("/offsets/4") for f in planned.list("_streamjob_recovered"))
-    assert with_extra_file(spark, real_checkpoint, f"{prefix}/planned", tmp_path, 11) == plus(real_checkpoint.files, 11)

@@ -3,12 +3,13 @@
 // checkpoint write, so a test can SIGKILL the driver exactly there. Off unless
 // STREAMJOB_PAUSE_AT names a point; never shipped in the runtime image.
 //
-//   STREAMJOB_PAUSE_AT   "<phase>:<regex>", phase one of
+//   STREAMJOB_PAUSE_AT   points, one a line; this hook takes the ones "<phase>:<regex>", phase one of
 //                          open   the atomic write was opened (a temporary file exists, empty)
 //                          write  the first bytes were written and flushed (a partial temporary file)
 //                          close  the write finished (the file is in place under its final name)
 //                        regex: matched (find) against the full path of the file written.
-//   STREAMJOB_PAUSE_DIR  where "paused" is written (first line: the path) when the point is hit.
+//                        Each point pauses once, the first time it is hit.
+//   STREAMJOB_PAUSE_DIR  where "paused-<line number>" is written (the path) when that point is hit.
 //   STREAMJOB_PAUSE_DELEGATE  the real file manager (default: Hadoop FileContext based).
 package streamjob.testhooks;
 
@@ -29,10 +30,14 @@ import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileMana
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.CancellableFSDataOutputStream;
 
 public class PausingCheckpointFileManager implements CheckpointFileManager {
-    private static final AtomicBoolean HIT = new AtomicBoolean(false);
-    private static final String SPEC = System.getenv("STREAMJOB_PAUSE_AT");
-    private static final String PHASE = SPEC == null ? "" : SPEC.substring(0, Math.max(0, SPEC.indexOf(':')));
-    private static final Pattern PATTERN = SPEC == null ? null : Pattern.compile(SPEC.substring(SPEC.indexOf(':') + 1));
+    private static final String[] POINTS = System.getenv().getOrDefault("STREAMJOB_PAUSE_AT", "").split("\n");
+    private static final AtomicBoolean[] HIT = new AtomicBoolean[POINTS.length];
+
+    static {
+        for (int i = 0; i < POINTS.length; i++) {
+            HIT[i] = new AtomicBoolean(false);
+        }
+    }
 
     private final CheckpointFileManager delegate;
 
@@ -44,17 +49,25 @@ public class PausingCheckpointFileManager implements CheckpointFileManager {
             .getConstructor(Path.class, Configuration.class).newInstance(path, conf);
     }
 
-    private static boolean matches(Path path, String phase) {
-        return PATTERN != null && PHASE.equals(phase) && PATTERN.matcher(path.toString()).find()
-            && HIT.compareAndSet(false, true);
+    /** The line number of the point this write hits in this phase, or -1; each point hits once. */
+    private static int matches(Path path, String phase) {
+        for (int i = 0; i < POINTS.length; i++) {
+            String point = POINTS[i];
+            if (point.startsWith(phase + ":")
+                && Pattern.compile(point.substring(phase.length() + 1)).matcher(path.toString()).find()
+                && HIT[i].compareAndSet(false, true)) {
+                return i;
+            }
+        }
+        return -1;
     }
 
-    private static void pause(Path path) {
+    private static void pause(Path path, int point) {
         String dir = System.getenv("STREAMJOB_PAUSE_DIR");
         try {
-            java.nio.file.Path tmp = Paths.get(dir, "paused.tmp");
+            java.nio.file.Path tmp = Paths.get(dir, "paused-" + point + ".tmp");
             Files.write(tmp, (path.toString() + "\n").getBytes(StandardCharsets.UTF_8));
-            Files.move(tmp, Paths.get(dir, "paused"));
+            Files.move(tmp, Paths.get(dir, "paused-" + point));
         } catch (IOException e) {
             throw new RuntimeException(e);
         }
@@ -70,14 +83,16 @@ public class PausingCheckpointFileManager implements CheckpointFileManager {
     @Override
     public CancellableFSDataOutputStream createAtomic(Path path, boolean overwriteIfPossible) {
         CancellableFSDataOutputStream inner = delegate.createAtomic(path, overwriteIfPossible);
-        if (matches(path, "open")) {
-            pause(path);
+        int opened = matches(path, "open");
+        if (opened >= 0) {
+            pause(path, opened);
         }
-        boolean pauseOnWrite = matches(path, "write");
-        boolean pauseOnClose = !pauseOnWrite && matches(path, "close");
-        if (!pauseOnWrite && !pauseOnClose) {
+        int onWrite = matches(path, "write");
+        int onClose = onWrite >= 0 ? -1 : matches(path, "close");
+        if (onWrite < 0 && onClose < 0) {
             return inner;
         }
+        boolean pauseOnWrite = onWrite >= 0;
         OutputStream forward = new OutputStream() {
             private boolean written;
 
@@ -92,7 +107,7 @@ public class PausingCheckpointFileManager implements CheckpointFileManager {
                 if (pauseOnWrite && !written) {
                     written = true;
                     inner.hflush();
-                    pause(path);
+                    pause(path, onWrite);
                 }
             }
 
@@ -110,8 +125,8 @@ public class PausingCheckpointFileManager implements CheckpointFileManager {
             @Override
             public void close() throws IOException {
                 inner.close();
-                if (pauseOnClose) {
-                    pause(path);
+                if (onClose >= 0) {
+                    pause(path, onClose);
                 }
             }
         };
