@@ -213,6 +213,21 @@ def test_act_problems_go_to_status_degraded_and_one_event() -> None:
     assert again.reconcile_error is not None and again.reconcile_error.count == 2 and events == ()
 
 
+def test_a_blocked_upgrade_keeps_its_degraded_reason_and_a_current_s3_error_rides_along() -> None:
+    """Seen on a fresh clone: S3 down during an upgrade, the savepoint failed, and for one pass Degraded said
+    S3Error instead of the upgrade that was not done (the lasting state a user must act on)."""
+    from streamjob_operator.api.status import BlockedChange
+
+    block = BlockedChange(spec_hash="x", reason="SavepointFailed", message="The upgrade was not done; the running job was kept.")
+    error = ReconcileError(reason="S3Error", message="reading the savepoint manifest: Could not connect", time=at(-1))
+    decision = decide(BASE, running(blocked_change=block, reconcile_error=error), obs(pod()), NOW)
+    degraded = next(c for c in decision.status.conditions if c.type == "Degraded")
+    assert degraded.reason == "SavepointFailed" and "kept" in degraded.message and "S3Error" in degraded.message
+    after, _ = record_problems(running(blocked_change=block), [Problem("S3Error", "Could not connect")], NOW, 2)
+    degraded = next(c for c in after.conditions if c.type == "Degraded")
+    assert degraded.reason == "SavepointFailed" and "kept" in degraded.message and "Could not connect" in degraded.message
+
+
 def test_reconcile_error_keeps_degraded_until_the_glue_clears_it() -> None:
     status = running(reconcile_error=ReconcileError(reason="QuotaExceeded", message="exceeded quota", time=at(-5)))
     decision = decide(BASE, status, obs(pod()), NOW)

@@ -65,9 +65,18 @@ def record_problems(status: StreamJobStatus, problems: Sequence[Problem], now: d
     """After acting: what the API server or S3 refused goes into status (reconcileError, Degraded) and an event."""
     error, event = merge_problems(status.reconcile_error, problems, now)
     status = status.model_copy(update={"reconcile_error": error})
+    blocked = status.blocked_change
     if status.state is not LifecycleState.failed:
-        status = with_condition(status, "Degraded", "True", error.reason, error.message, generation, fmt_time(now))
+        reason, message = (blocked.reason, blocked.message) if blocked is not None else (error.reason, "")
+        status = with_condition(status, "Degraded", "True", reason, also(message, error), generation, fmt_time(now))
     return status, (event,) if event is not None else ()
+
+
+def also(message: str, error: ReconcileError | None) -> str:
+    """A condition's message, with the current reconcile error after it (the error alone when there is no message)."""
+    if error is None:
+        return message
+    return f"{message} Also: {error.reason}: {error.message}" if message else error.message
 
 
 def conditions(p: Pass) -> None:
@@ -100,6 +109,8 @@ def conditions(p: Pass) -> None:
     cur = p.current
     starting = op is not None and op.phase in (Phase.deploying.value, Phase.awaiting_ready.value)
     stuck = cur.waiting_reason if cur is not None and cur.alive and starting else None
+    error = st.reconcile_error
+    # a failure or a blocked change is the lasting state and keeps the reason; a current API/S3 error rides along
     if st.state is LifecycleState.failed:
         if p.failure is not None:
             set_condition(p, "Degraded", "True", *p.failure)
@@ -107,15 +118,15 @@ def conditions(p: Pass) -> None:
             set_condition(p, "Degraded", "True", "Failed", st.last_error or "The job failed")
         else:
             set_condition(p, "Degraded", "True", existing.reason, existing.message)
-    elif st.reconcile_error is not None:
-        set_condition(p, "Degraded", "True", st.reconcile_error.reason, st.reconcile_error.message)
+    elif st.blocked_change is not None:
+        set_condition(p, "Degraded", "True", st.blocked_change.reason, also(st.blocked_change.message, error))
+    elif error is not None:
+        set_condition(p, "Degraded", "True", error.reason, error.message)
     elif stuck is not None and cur is not None:
         message = f"Driver pod {cur.name} cannot start: {cur.message}; given up at {op.deadline if op else None}"
         if existing is None or existing.reason != stuck:
             p.emit("Warning", stuck, message)
         set_condition(p, "Degraded", "True", stuck, message)
-    elif st.blocked_change is not None:
-        set_condition(p, "Degraded", "True", st.blocked_change.reason, st.blocked_change.message)
     elif st.restart_count > 0 and not ready:
         set_condition(p, "Degraded", "True", "DriverFailed", st.last_error or "The driver failed and is being restarted")
     else:
