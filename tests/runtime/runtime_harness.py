@@ -24,6 +24,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "jobs"
+TEST_JOBS = Path(__file__).resolve().parent / "jobs"
 TOKEN = "runtime-test-token-0123456789"
 S3_BUCKET = "streamjob-runtime"
 
@@ -57,6 +58,17 @@ def example_job(name: str, events: Path, output: Path, target: Path) -> Path:
     sink["path"] = output.as_uri()
     if "pythonPath" in job:
         job["pythonPath"] = [str(EXAMPLES)]
+    target.write_text(json.dumps(job))
+    return target
+
+
+def entrypoint_job(function: str, events: Path, output: Path, target: Path) -> Path:
+    """examples/jobs/entrypoint.yaml running tests/runtime/jobs/operator_changes.py:`function` instead."""
+    job = yaml.safe_load((EXAMPLES / "entrypoint.yaml").read_text())
+    job["entrypoint"] = f"operator_changes:{function}"
+    job["pythonPath"] = [str(TEST_JOBS), str(EXAMPLES)]
+    job["sources"][0]["path"] = events.as_uri()
+    job["sink"]["path"] = output.as_uri()
     target.write_text(json.dumps(job))
     return target
 

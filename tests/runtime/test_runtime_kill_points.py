@@ -14,8 +14,14 @@ left what it should and kills the process group, as a pod kill would. Instants:
 - a restore (by another job, into its own checkpoint) half copied.
 
 Between them: two refusals that need no JVM (a half-copied savepoint, a checkpoint
-owned by another job). The restored job finishes the stream; the file sink's
-committed output must equal the reference.
+owned by another job). The job deduplicates then counts per window (two stateful
+operators, tests/runtime/jobs/operator_changes.py); the job that restores its
+savepoint only counts, with --allow-non-restored-state: Spark refuses its first
+start, the runtime drops the deduplication's state and starts it again. It
+finishes the stream; the file sink's committed output must equal the reference,
+which holds only if the window counts kept their state across the upgrade.
+The refusals of operator changes are in tests/savepoints/test_nonrestored_state.py
+and in the decision table of test_runtime_recovery_rules.py.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from pathlib import Path
 
 import runtime_outputs as outputs
 from pause_points import PausePoint, jvm_hook_args, pause_env
-from runtime_harness import RuntimeProcess, example_job, run_args, runtime_env
+from runtime_harness import RuntimeProcess, entrypoint_job, run_args, runtime_env
 from runtime_inputs import Input
 
 from job_runtime.exitcodes import ExitCode
@@ -54,7 +60,9 @@ def test_sigkill_at_named_instants_then_exactly_once(
 ) -> None:
     """One job's life, killed at each instant in turn; the restored job's output is checked at the end."""
     ckpt1, ckpt2, out, pauses = tmp_path / "ckpt1", tmp_path / "ckpt2", tmp_path / "out", tmp_path / "pauses"
-    job = example_job("entrypoint", events.directory, out, tmp_path / "job.json")
+    keys = [(e.user, e.ts_ms, e.amount) for batch in events.batches for e in batch]
+    assert len(keys) == len(set(keys)), "the input has no duplicates: the deduplication changes nothing"
+    job = entrypoint_job("dedup_then_count", events.directory, out, tmp_path / "job.json")
     first_uid, second_uid = "uid-first-1111", "uid-second-2222"
     args1 = run_args(job, ckpt1.as_uri(), trigger=SLOW_TRIGGER, extra=("--owner-uid", first_uid, *jvm_hook_args(pause_jar)))
     runs = tmp_path / "runs"
@@ -133,8 +141,13 @@ def test_sigkill_at_named_instants_then_exactly_once(
     message = intruder.termination()["message"]
     assert f"is owned by StreamJob tests/job (uid {first_uid})" in message and str(ckpt1) in message, message
 
-    # 5. another job restores the savepoint into its own checkpoint: killed half copied, then finished
-    restore_args = run_args(job, ckpt2.as_uri(), extra=("--restore-from", savepoint.as_uri(), "--owner-uid", second_uid))
+    # 5. another job, without the deduplication, restores the savepoint into its own checkpoint with
+    #    allowNonRestoredState: killed half copied, then finished
+    upgraded = entrypoint_job("count", events.directory, out, tmp_path / "upgraded.json")
+    restore_args = run_args(
+        upgraded, ckpt2.as_uri(),
+        extra=("--restore-from", savepoint.as_uri(), "--owner-uid", second_uid, "--allow-non-restored-state"),
+    )
     restoring = PausePoint("restore:4", "a restore, four files copied")
     pause_then_kill(start(restoring, args=restore_args), restoring)
     assert (ckpt2 / RESTORE_MARKER).exists()
@@ -142,7 +155,11 @@ def test_sigkill_at_named_instants_then_exactly_once(
 
     final = start(args=restore_args)
     assert final.wait(600) == ExitCode.FINISHED, final.log_tail()
-    assert "restored savepoint" in final.log_text() and "skipped checkpoint recovery" in final.log_text()
+    log = final.log_text()
+    assert "restored savepoint" in log and "skipped checkpoint recovery" in log, log
+    assert "dropped non-restored state" in log and "operatorId=1 operator=dedupe" in log, log
+    assert log.count("started query") == 2, "started again once, after dropping the deduplication's state"
+    assert sorted(p.name for p in (ckpt2 / "state").iterdir()) == ["0"]
     assert json.loads((ckpt2 / OWNER_FILE).read_text())["uid"] == second_uid and not (ckpt2 / RESTORE_MARKER).exists()
     got = outputs.file_sink_rows(out)
     expected = events.tumbling(events.recorded_plan(ckpt2))
