@@ -4,7 +4,7 @@ Called by job_runtime.runner when the query fails while planning its first
 batch with one of Spark's operator checks. `decide` is pure (Spark's error
 text in, a decision out); `drop_operator_state` is the I/O.
 
-What Spark 4.3 does (found by running it; tests/runtime/test_runtime_nonrestored.py):
+What Spark 4.3 does (found by running it; tests/savepoints/test_nonrestored_state.py):
 - it numbers stateful operators from the sink towards the sources (operator id
   0, 1, ...) and keeps each one's state in ``state/<id>/`` with its name in
   ``state/<id>/_metadata``;

@@ -5,7 +5,7 @@ that deduplicates then counts (operator 0 the count, 1 the deduplication: Spark
 numbers them from the sink). Spark's own refusal is read by
 job_runtime.nonrestored; with the flag the removed operator's state is dropped
 and the count resumes from its restored state. The runtime's side (exit 13,
-dropping and starting again) runs in tests/runtime/test_runtime_nonrestored.py.
+dropping and starting again) runs at the end of tests/runtime/test_runtime_kill_points.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Entrypoint jobs whose stateful operators differ, for tests/runtime/test_runtime_nonrestored.py.
+"""Entrypoint jobs whose stateful operators differ, for tests/runtime/test_runtime_kill_points.py.
 
 Spark numbers stateful operators from the sink towards the sources:
 - dedup_then_count: 0 the window aggregation, 1 the deduplication;
