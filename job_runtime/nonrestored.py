@@ -57,6 +57,11 @@ def _describe(operators: dict[int, str]) -> str:
     return ", ".join(f"{op} {name}" for op, name in sorted(operators.items())) or "none"
 
 
+def is_operator_check(message: str) -> bool:
+    """Whether a query failure is one of Spark's stateful-operator checks (pure)."""
+    return MISSING_STATE in message or (NOT_MATCH in message and _QUERY_SIDE in message)
+
+
 def decide(message: str, *, allow_non_restored_state: bool, checkpoint: str) -> Decision | None:
     """What to do about a query failure; None when it is not one of Spark's operator checks.
 

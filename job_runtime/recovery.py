@@ -176,8 +176,9 @@ def plan_recovery(files: dict[str, int], read: Callable[[str], bytes], location:
 
     def damaged(path: str, why: str) -> CheckpointDamagedError:
         return CheckpointDamagedError(
-            f"checkpoint {location}: {path} {why}; a committed batch needs it, so the checkpoint cannot be repaired "
-            "by removing it: restore the job from a savepoint into a fresh checkpoint location"
+            f"checkpoint {location}: {path} {why}; a batch that committed (or may have written output) needs it, so "
+            "the checkpoint cannot be repaired by removing it: restore the job from a savepoint into a fresh "
+            "checkpoint location"
         )
 
     for path in sorted(files):

@@ -409,7 +409,7 @@ class Runner:
             return None
         error = query.exception()
         if error is not None:
-            if nonrestored.decide(str(error), allow_non_restored_state=False, checkpoint="") is not None:
+            if nonrestored.is_operator_check(str(error)):
                 return self._operators_changed(error)  # None: started again without the dropped state
             return self._fail(ExitCode.FAILED, f"query failed: {_describe(error)}")
         self._join_worker()

@@ -198,4 +198,5 @@ def switch_checkpoint(chain: Chain, rng: random.Random, number: int) -> None:
     chain.paused_kill(PausePoint(f"restore:{copied}", f"restore, {copied} files copied"), "restore copy")
 
 
-pytestmark = pytest.mark.slow
+# fifty driver starts take 15 to 25 minutes on two shared cores: above the suite's per-test timeout
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]

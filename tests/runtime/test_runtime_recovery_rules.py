@@ -238,3 +238,6 @@ def test_non_restored_state_decision(message: str, allow: bool, drop: dict[int, 
 
 def test_other_failures_are_not_operator_changes() -> None:
     assert nonrestored.decide("[CANNOT_LOAD_STATE_STORE] boom", allow_non_restored_state=True, checkpoint="x") is None
+    assert not nonrestored.is_operator_check("[CANNOT_LOAD_STATE_STORE] boom")
+    assert nonrestored.is_operator_check(MISSING)
+    assert nonrestored.is_operator_check(NOT_MATCH.format(checkpoint=AGG, query=DEDUP_AT_0))
