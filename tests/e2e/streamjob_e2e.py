@@ -206,7 +206,12 @@ def jobs(kube_api: client.ApiClient, namespace: str) -> Jobs:
 
 
 class DriverCounter:
-    """Watches driver pods and remembers the most that ever existed at once (the claim: never two)."""
+    """Watches driver pods and remembers the most that ever existed at once (the claim: never two).
+
+    It lists once, then watches from the last resourceVersion it saw, so no deletion is missed (a watch
+    started "from now" every few seconds misses a pod deleted between two requests, and then counts the
+    next driver as a second one); it lists again only when the API server says that version is gone (410).
+    """
 
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
         self.core = client.CoreV1Api(api)
@@ -218,12 +223,22 @@ class DriverCounter:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        selector = "streamjob.io/role=driver"
+        rv: str | None = None
         while not self._stop.is_set():
-            w = watch.Watch()
             try:
-                for ev in w.stream(self.core.list_namespaced_pod, self.namespace, label_selector="streamjob.io/role=driver",
-                                   timeout_seconds=5):
-                    name = ev["object"].metadata.name
+                if rv is None:
+                    listing = self.core.list_namespaced_pod(self.namespace, label_selector=selector)
+                    self.alive = {p.metadata.name for p in listing.items}
+                    self.history.extend(("LISTED", name) for name in sorted(self.alive))
+                    self.max_seen = max(self.max_seen, len(self.alive))
+                    rv = listing.metadata.resource_version
+                w = watch.Watch()
+                for ev in w.stream(self.core.list_namespaced_pod, self.namespace, label_selector=selector,
+                                   resource_version=rv, timeout_seconds=5):
+                    obj = ev["object"]
+                    rv = obj.metadata.resource_version
+                    name = obj.metadata.name
                     if ev["type"] == "DELETED":
                         self.alive.discard(name)
                     else:
@@ -232,6 +247,11 @@ class DriverCounter:
                     self.max_seen = max(self.max_seen, len(self.alive))
                     if self._stop.is_set():
                         break
+            except ApiException as err:
+                if err.status == 410:
+                    rv = None  # too old: list again
+                else:
+                    time.sleep(0.5)
             except Exception:
                 time.sleep(0.5)
 
@@ -337,3 +357,4 @@ class S3Switch:
 
 def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
+
