@@ -73,7 +73,7 @@ class Kube:
             raise self._error(exc, name) from None
         return job
 
-    def list(self, all_namespaces: bool) -> list[dict[str, Any]]:
+    def list_jobs(self, all_namespaces: bool) -> list[dict[str, Any]]:
         try:
             if all_namespaces:
                 found = self._custom().list_cluster_custom_object(API_GROUP, API_VERSION, PLURAL)

@@ -127,7 +127,7 @@ def cli(kubeconfig: str | None, context: str | None, namespace: str | None) -> N
 @output_option
 def list_jobs(kube: Kube, all_namespaces: bool, output: str) -> None:
     """StreamJobs with their state, readiness, batch, watermark lag and last savepoint."""
-    jobs = kube.list(all_namespaces)
+    jobs = kube.list_jobs(all_namespaces)
     now = _now()
     if output != "table":
         _emit([present.summary(j, now) for j in jobs], output)

@@ -154,6 +154,8 @@ def test_kubectl_streamjob_drives_a_real_job(
     assert k.run(*sj, "list", "-o", "xml").returncode == EXIT_USAGE
     assert k.run(*sj, "savepoint").returncode == EXIT_USAGE
 
+    for shown in (table, story, k.ok(*sj, "history", "plug"), k.ok(*sj, "inspect", path, "--job", "plug")):
+        print(shown)  # seen with -s: what people get
     # no command printed the S3 secret
     assert not [out for out in k.outputs if testbed.s3.secret_key in out]
     assert [p.metadata.name for p in jobs.driver_pods("plug")] == ["plug-driver-2"]
