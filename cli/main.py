@@ -98,7 +98,13 @@ def _print_table(table: present.Table, empty: str) -> None:
         out.add_column(column, no_wrap=column not in ("MESSAGE",), overflow="fold")
     for row in table.rows:
         out.add_row(*row)
-    _console().print(out)
+    con = _console()
+    if con.is_terminal:
+        con.print(out)
+        return
+    with con.capture() as captured:  # piped: no padding after the last column
+        con.print(out)
+    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
 
 
 def _emit(value: Any, fmt: str) -> None:

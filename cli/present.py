@@ -179,7 +179,12 @@ def event_time(event: dict[str, Any]) -> str | None:
 
 def story(events: list[dict[str, Any]], now: datetime, limit: int = 15) -> list[dict[str, Any]]:
     """The job's events, oldest first, the last ``limit`` of them."""
-    ordered = sorted(events, key=lambda e: parse_time(event_time(e)) or datetime.min.replace(tzinfo=timezone.utc))
+    def order(e: dict[str, Any]) -> tuple[datetime, int]:
+        # times have second resolution; within a second, the API server's write order
+        rv = str((e.get("metadata") or {}).get("resourceVersion") or "")
+        return parse_time(event_time(e)) or datetime.min.replace(tzinfo=timezone.utc), int(rv) if rv.isdigit() else 0
+
+    ordered = sorted(events, key=order)
     return [
         {
             "time": event_time(e), "ageSeconds": seconds_since(event_time(e), now), "type": e.get("type"),

@@ -134,8 +134,13 @@ def test_story_is_the_last_events_oldest_first() -> None:
         {"type": "Normal", "reason": "DriverCreated", "message": "created", "lastTimestamp": "2026-11-23T11:00:00Z", "count": 2},
         {"type": "Warning", "reason": "DriverFailed", "message": "exit 137", "eventTime": "2026-11-23T11:30:00.000000Z"},
     ]
+    events.append({"type": "Normal", "reason": "JobReady", "message": "ready", "lastTimestamp": "2026-11-23T11:59:00Z",
+                   "metadata": {"resourceVersion": "90"}})
+    events[0]["metadata"] = {"resourceVersion": "100"}
+    entries = present.story(events, NOW, limit=3)
+    assert [e["reason"] for e in entries] == ["DriverFailed", "JobReady", "SavepointCompleted"]  # same second: write order
     entries = present.story(events, NOW, limit=2)
-    assert [e["reason"] for e in entries] == ["DriverFailed", "SavepointCompleted"]
+    assert [e["reason"] for e in entries] == ["JobReady", "SavepointCompleted"]
     assert present.story_table(present.story(events, NOW)).rows[0] == ["1h ago", "Normal", "DriverCreated", "created (x2)"]
 
 
