@@ -61,18 +61,35 @@ def _now() -> datetime:
 # ---- options shared by every command ---------------------------------------------------
 
 
-def connection_options(f: F) -> F:
-    """--kubeconfig, --context, -n: accepted before or after the command, like kubectl's."""
+def _connection_params(f: F) -> F:
+    f = click.option("-n", "--namespace", help="The namespace (default: the context's namespace, else default).")(f)
+    f = click.option("--context", help="The kubeconfig context to use (default: the current context).")(f)
+    return click.option("--kubeconfig", help="Path to the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config).")(f)
 
-    @click.option("--kubeconfig", envvar=None, help="Path to the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config).")
-    @click.option("--context", help="The kubeconfig context to use (default: the current context).")
-    @click.option("-n", "--namespace", help="The namespace (default: the context's namespace, else default).")
+
+def _connect(kubeconfig: str | None, context: str | None, namespace: str | None) -> Kube:
+    root = click.get_current_context().find_root().params
+    return Kube.connect(kubeconfig or root.get("kubeconfig"), context or root.get("context"), namespace or root.get("namespace"))
+
+
+def connection_options(f: F) -> F:
+    """--kubeconfig, --context, -n: accepted before or after the command, like kubectl's; passes ``kube``."""
+
+    @_connection_params
     @functools.wraps(f)
     def wrapper(*args: Any, kubeconfig: str | None, context: str | None, namespace: str | None, **kwargs: Any) -> Any:
-        parent = click.get_current_context().find_root().params
-        kube = Kube.connect(kubeconfig or parent.get("kubeconfig"), context or parent.get("context"),
-                            namespace or parent.get("namespace"))
-        return f(*args, kube=kube, **kwargs)
+        return f(*args, kube=_connect(kubeconfig, context, namespace), **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def lazy_connection_options(f: F) -> F:
+    """The same options, but passes ``connect``: a command that may not need the cluster connects only when it does."""
+
+    @_connection_params
+    @functools.wraps(f)
+    def wrapper(*args: Any, kubeconfig: str | None, context: str | None, namespace: str | None, **kwargs: Any) -> Any:
+        return f(*args, connect=lambda: _connect(kubeconfig, context, namespace), **kwargs)
 
     return wrapper  # type: ignore[return-value]
 
@@ -335,19 +352,19 @@ def logs(kube: Kube, name: str, follow: bool, tail: int | None) -> None:
 
 
 @cli.command()
-@connection_options
+@lazy_connection_options
 @click.argument("savepoint_uri", metavar="SAVEPOINT")
 @click.option("--job", "job_name", help="Read S3 settings and credentials from this job's spec.s3 and its Secret "
               "(default: AWS_* environment variables).")
 @click.option("--no-checksums", is_flag=True, help="Check the files' presence and sizes only.")
 @output_option
-def inspect(kube: Kube, savepoint_uri: str, job_name: str | None, no_checksums: bool, output: str) -> None:
+def inspect(connect: Callable[[], Kube], savepoint_uri: str, job_name: str | None, no_checksums: bool, output: str) -> None:
     """Read a savepoint's manifest from S3 (read-only) and validate it with the runtime's validator."""
     from job_runtime.savepoint import SavepointError
 
     from . import savepoints
 
-    config = savepoints.s3_config(kube if job_name else None, job_name)
+    config = savepoints.s3_config(connect() if job_name else None, job_name)
     try:
         found = savepoints.inspect(savepoint_uri, config, verify_checksums=not no_checksums)
     except SavepointError as exc:
@@ -416,4 +433,7 @@ def _describe(exc: Exception) -> str:
 
     if isinstance(exc, urllib3.exceptions.HTTPError):
         return f"cannot reach the API server: {exc}"
+    if type(exc).__module__.startswith(("botocore", "boto3")):
+        hint = " (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give --job NAME)" if type(exc).__name__ == "NoCredentialsError" else ""
+        return f"S3: {exc}{hint}"
     return f"{type(exc).__name__}: {exc}"
