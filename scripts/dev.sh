@@ -61,3 +61,5 @@ echo
 echo "The test bed keeps running. Point kubectl at it with:"
 echo "  source $ROOT/.testbed/env"
 echo "then: kubectl get sj -A; kubectl describe sj minimal; streamjob-testbed down (to stop)"
+echo "The kubectl plugin is on that PATH (docs/kubectl-plugin.md):"
+echo "  kubectl streamjob list -A; kubectl streamjob status minimal; kubectl streamjob savepoint NAME --wait"

@@ -23,7 +23,7 @@ def test_operator_folder_is_importable_under_its_own_name():
     assert Path(pkg.__file__).parent.name == "operator"
 
 
-@pytest.mark.parametrize("script", ["streamjob-operator", "streamjob-runtime", "streamjob-savepoints", "streamjob-testbed"])
+@pytest.mark.parametrize("script", ["streamjob-operator", "streamjob-runtime", "streamjob-savepoints", "streamjob-testbed", "kubectl-streamjob"])
 def test_console_script_is_installed_and_answers_help(script):
     path = shutil.which(script) or str(Path(sys.executable).parent / script)
     result = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60)

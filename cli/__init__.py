@@ -1,0 +1,1 @@
+"""kubectl streamjob: the kubectl plugin for StreamJobs."""
