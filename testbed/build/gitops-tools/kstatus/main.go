@@ -30,11 +30,16 @@ func compute(path string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var obj map[string]interface{}
-	if err := yaml.Unmarshal(raw, &obj); err != nil {
+	js, err := yaml.YAMLToJSON(raw)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	res, err := status.Compute(&unstructured.Unstructured{Object: obj})
+	// decoded as the API machinery does (integers stay int64), as kubectl and Flux hand objects to kstatus
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(js); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	res, err := status.Compute(u)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
