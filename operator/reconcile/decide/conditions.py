@@ -169,7 +169,8 @@ def kstatus_conditions(p: Pass, ready: bool) -> None:
             stalled = ("Finished", "The query finished by itself; change restartNonce to run it again")
     elif st.state is LifecycleState.rolling_back or (op is not None and op.kind == OpKind.rollback.value):
         stalled = ("RollingBack", f"Generation {p.obs.generation} failed to roll out and is being rolled back")
-    elif st.blocked_change is not None and op is None:
+    elif st.blocked_change is not None and op is None and p.blocked():
+        # only while the blocked spec is still the spec: a later edit (e.g. reverting it while suspending) is met
         stalled = (st.blocked_change.reason, st.blocked_change.message or "The change to the spec was not rolled out")
     if stalled is not None:
         set_condition(p, "Reconciling", "False", "Stalled", "The operator waits for a change to the spec")

@@ -59,11 +59,14 @@ if st.state == "Suspended" and st.operation == nil then
   return hs
 end
 
-if st.state == "Failed" or st.state == "Finished" or st.state == "RollingBack" or isTrue(stalled) or st.blockedChange ~= nil then
+-- an operator older than the Stalled condition: a blocked change counts as long as it is recorded
+local blocked = stalled == nil and st.blockedChange ~= nil
+
+if st.state == "Failed" or st.state == "Finished" or st.state == "RollingBack" or isTrue(stalled) or blocked then
   hs.status = "Degraded"
   if isTrue(stalled) then
     hs.message = say(stalled, "")
-  elseif st.blockedChange ~= nil then
+  elseif blocked then
     hs.message = st.blockedChange.reason .. ": " .. (st.blockedChange.message or "")
   else
     hs.message = say(degraded, "The job is " .. st.state)
