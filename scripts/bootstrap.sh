@@ -4,6 +4,7 @@
 #   - a Python virtualenv with the project and its test extras,
 #   - the test bed's Go binaries (kube-apiserver, kube-controller-manager,
 #     kubectl, etcd, versitygw, helm), built from their official Go modules,
+#   - the GitOps consumers the tests use (gopher-lua health runner, kstatus),
 #   - the Maven jars Spark needs for s3a:// (hadoop-aws + AWS SDK bundle).
 # Prints nothing but progress on stderr; writes the paths to .streamjob-env.
 # Used by the README's commands and by .ci/run.
@@ -53,6 +54,9 @@ fi
 # 2. Go binaries
 BIN_DIR=$(bash "$ROOT/testbed/build/build-go-binaries.sh")
 
+# 2b. GitOps consumers (gopher-lua health runner, kstatus) for tests/gitops
+GITOPS_BIN_DIR=$(bash "$ROOT/testbed/build/build-gitops-tools.sh")
+
 # 3. jars for s3a://
 JARS_DIR=$(bash "$ROOT/testbed/build/fetch-jars.sh" "$VENV")
 
@@ -61,6 +65,7 @@ export STREAMJOB_CACHE="$CACHE_ROOT"
 export STREAMJOB_VENV="$VENV"
 export STREAMJOB_BIN_DIR="$BIN_DIR"
 export STREAMJOB_JARS_DIR="$JARS_DIR"
-export PATH="$BIN_DIR:$VENV/bin:\$PATH"
+export STREAMJOB_GITOPS_BIN_DIR="$GITOPS_BIN_DIR"
+export PATH="$BIN_DIR:$GITOPS_BIN_DIR:$VENV/bin:\$PATH"
 ENV
 say "ready: source .streamjob-env to use the tools"

@@ -35,7 +35,7 @@ class LifecycleState(str, Enum):
 
 
 class Condition(Model):
-    type: str = Field(description="Ready, Progressing, Degraded or Savepointing.")
+    type: str = Field(description="Ready, Progressing, Degraded, Savepointing, Reconciling or Stalled.")
     status: str = Field(pattern="^(True|False|Unknown)$", description="True, False or Unknown.")
     reason: str = Field(max_length=128, description="One CamelCase word saying why.")
     message: str = Field(default="", max_length=MAX_MESSAGE, description="Human-readable detail.")
@@ -113,7 +113,8 @@ class StreamJobStatus(Model):
     observed_generation: int | None = Field(default=None, alias="observedGeneration", description="Last spec generation acted on.")
     state: LifecycleState | None = Field(default=None, description="Lifecycle state.")
     ready: bool = Field(default=False, description="Whether the job is running and has completed a batch.")
-    conditions: list[Condition] = Field(default_factory=list, max_length=8, description="Ready, Progressing, Degraded, Savepointing.")
+    conditions: list[Condition] = Field(default_factory=list, max_length=8,
+                                       description="Ready, Progressing, Degraded, Savepointing, Reconciling (kstatus), Stalled (kstatus).")
     driver_pod: str | None = Field(default=None, alias="driverPod", description="Name of the current driver pod.")
     restart_count: int = Field(default=0, alias="restartCount", description="Restarts after failures since the last successful start.")
     total_restarts: int = Field(default=0, alias="totalRestarts", description="Restarts after failures over the job's life.")

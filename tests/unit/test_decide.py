@@ -713,7 +713,7 @@ def test_decide(spec: StreamJobSpec, status: StreamJobStatus, observations: Obse
 
 def test_conditions_carry_the_generation_and_keep_transition_times() -> None:
     first = decide(BASE, running(ready=False), obs(pod(), generation=7), NOW)
-    assert {c.type for c in first.status.conditions} == {"Ready", "Progressing", "Degraded", "Savepointing"}
+    assert {c.type for c in first.status.conditions} == {"Ready", "Progressing", "Degraded", "Savepointing", "Reconciling", "Stalled"}
     assert all(c.observed_generation == 7 for c in first.status.conditions)
     assert first.status.observed_generation == 7
     later = decide(BASE, first.status, obs(pod(), generation=7), NOW + timedelta(seconds=30))

@@ -1,9 +1,14 @@
-"""Conditions and progress: what status says about the job after a pass (Ready, Progressing, Degraded, Savepointing).
+"""Conditions and progress: what status says about the job after a pass (Ready, Progressing, Degraded, Savepointing,
+Reconciling, Stalled).
 
 Pure. Called by ``reconcile.decide.flow``: ``record_progress`` first (what the
 driver reported, and what observe could not read), ``conditions`` last
 (observations of the decided status, set on every pass, transition times kept
-while a status holds). ``record_problems`` is called by the kopf glue after
+while a status holds). Ready, Reconciling and Stalled follow the kstatus
+conventions (sigs.k8s.io/cli-utils) that Flux and ``kubectl wait`` read: Ready
+is True when the job is where its spec puts it (running and ready, or
+suspended), Reconciling is True while the operator works towards the spec,
+Stalled is True when it will not get there without a change (docs/gitops.md). ``record_problems`` is called by the kopf glue after
 acting, with what the API server or S3 refused.
 """
 
@@ -18,7 +23,10 @@ from ..model import Event, Problem
 from ..policy import fmt_time
 from .context import PROGRESS_REASON, OpKind, Pass, Phase, clip
 
-ORDER = ["Ready", "Progressing", "Degraded", "Savepointing"]
+ORDER = ["Ready", "Progressing", "Degraded", "Savepointing", "Reconciling", "Stalled"]
+# states the operator leaves only on a spec or nonce change, though the spec asks for a running job
+STUCK = (LifecycleState.failed, LifecycleState.finished, LifecycleState.rolling_back)
+MOVING = (LifecycleState.deploying, LifecycleState.upgrading, LifecycleState.restarting, LifecycleState.suspending)
 
 
 def record_progress(p: Pass) -> None:
@@ -93,6 +101,9 @@ def conditions(p: Pass) -> None:
     state = st.state.value if st.state else "Pending"
     if ready:
         set_condition(p, "Ready", "True", "Running", f"Driver {st.driver_pod} is running and completing batches")
+    elif st.state is LifecycleState.suspended and op is None:
+        # suspended is where the spec puts the job: kstatus must see it as Current, not forever in progress
+        set_condition(p, "Ready", "True", "Suspended", "The job is suspended as its spec asks; no driver runs")
     else:
         set_condition(p, "Ready", "False", state if st.state is not LifecycleState.running else "Starting",
                       st.last_error if st.state is LifecycleState.failed and st.last_error else f"The job is {state}")
@@ -132,6 +143,8 @@ def conditions(p: Pass) -> None:
     else:
         set_condition(p, "Degraded", "False", "AsExpected", "")
 
+    kstatus_conditions(p, ready)
+
     if op is not None and op.phase == Phase.savepointing.value:
         set_condition(p, "Savepointing", "True", "InProgress", f"Savepoint {op.savepoint_path} ({op.trigger or op.kind}) in progress")
     elif p.savepoint_result is not None:
@@ -142,6 +155,39 @@ def conditions(p: Pass) -> None:
             set_condition(p, "Savepointing", "False", "Idle", "No savepoint in progress")
         else:
             set_condition(p, "Savepointing", "False", prior.reason, prior.message)
+
+
+def kstatus_conditions(p: Pass, ready: bool) -> None:
+    """Reconciling and Stalled, the abnormal-true conditions of kstatus: at most one of them is True."""
+    st, op = p.st, p.st.operation
+    degraded = find(p, "Degraded")
+    stalled: tuple[str, str] | None = None
+    if st.state in STUCK and st.state is not LifecycleState.rolling_back:
+        reason = degraded.reason if degraded is not None and degraded.status == "True" else st.state.value
+        stalled = (reason, st.last_error or (degraded.message if degraded else "") or f"The job is {st.state.value}")
+        if st.state is LifecycleState.finished:
+            stalled = ("Finished", "The query finished by itself; change restartNonce to run it again")
+    elif st.state is LifecycleState.rolling_back or (op is not None and op.kind == OpKind.rollback.value):
+        stalled = ("RollingBack", f"Generation {p.obs.generation} failed to roll out and is being rolled back")
+    elif st.blocked_change is not None and op is None and p.blocked():
+        # only while the blocked spec is still the spec: a later edit (e.g. reverting it while suspending) is met
+        stalled = (st.blocked_change.reason, st.blocked_change.message or "The change to the spec was not rolled out")
+    if stalled is not None:
+        set_condition(p, "Reconciling", "False", "Stalled", "The operator waits for a change to the spec")
+        set_condition(p, "Stalled", "True", *stalled)
+        return
+    set_condition(p, "Stalled", "False", "AsExpected", "")
+    if op is not None:
+        set_condition(p, "Reconciling", "True", PROGRESS_REASON.get(OpKind(op.kind), "Progressing"),
+                      f"{op.kind} {op.phase}: {op.message}" if op.message else f"{op.kind} {op.phase}")
+    elif st.next_restart_at is not None:
+        set_condition(p, "Reconciling", "True", "RestartScheduled", f"The driver is restarted at {st.next_restart_at}")
+    elif st.state in MOVING or st.state is None:
+        set_condition(p, "Reconciling", "True", st.state.value if st.state else "Pending", f"The job is {st.state.value if st.state else 'Pending'}")
+    elif st.state is LifecycleState.running and not ready:
+        set_condition(p, "Reconciling", "True", "Starting", "The driver runs and has not completed a batch yet")
+    else:
+        set_condition(p, "Reconciling", "False", "Reconciled", f"Generation {p.obs.generation} is rolled out")
 
 
 def find(p: Pass, type_: str) -> Condition | None:
