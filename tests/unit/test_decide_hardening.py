@@ -218,7 +218,7 @@ def test_a_blocked_upgrade_keeps_its_degraded_reason_and_a_current_s3_error_ride
     S3Error instead of the upgrade that was not done (the lasting state a user must act on)."""
     from streamjob_operator.api.status import BlockedChange
 
-    block = BlockedChange(spec_hash="x", reason="SavepointFailed", message="The upgrade was not done; the running job was kept.")
+    block = BlockedChange(spec_hash=hash_text(spec_json(BASE)), reason="SavepointFailed", message="The upgrade was not done; the running job was kept.")
     error = ReconcileError(reason="S3Error", message="reading the savepoint manifest: Could not connect", time=at(-1))
     decision = decide(BASE, running(blocked_change=block, reconcile_error=error), obs(pod()), NOW)
     degraded = next(c for c in decision.status.conditions if c.type == "Degraded")
@@ -251,3 +251,17 @@ def test_spec_json_of_target_is_what_is_recorded() -> None:
     op = decision.status.operation
     assert op is not None and op.target_spec == NEW_JSON and json.loads(op.target_spec)["image"].endswith(":0.2.0")
     assert spec_json(BASE) == OLD_JSON and CK in OLD_JSON and READY.ready
+
+
+def test_a_rolled_back_change_reverted_by_the_user_stops_blocking_and_degrading() -> None:
+    """After a rollback the user puts the spec back as it was: nothing is left to roll out, and the job is no
+    longer Degraded by a change that is not the spec any more (kstatus and Argo CD then say healthy)."""
+    from streamjob_operator.api.status import BlockedChange
+
+    block = BlockedChange(spec_hash="hash-of-the-rolled-back-spec", reason="RolledBack", message="rolled back")
+    decision = decide(BASE, running(blocked_change=block), obs(pod()), NOW)
+    assert decision.status.blocked_change is None and decision.status.operation is None
+    assert [e.reason for e in decision.events] == ["BlockedChangeCleared"]
+    assert not [a for a in decision.actions if type(a).__name__ in ("CreateDriver", "TriggerSavepoint", "DeleteDriver")]
+    conds = {c.type: (c.status, c.reason) for c in decision.status.conditions}
+    assert conds["Degraded"][0] == "False" and conds["Stalled"][0] == "False", conds

@@ -37,6 +37,7 @@ def steady(p: Pass) -> None:
     if st.state is None or st.last_reconciled_spec is None:
         deploy.first_deploy(p)
         return
+    drop_outdated_block(p)
     if delete_strays(p):
         return
     if st.state is LifecycleState.suspended:
@@ -45,6 +46,17 @@ def steady(p: Pass) -> None:
         upgrade.stopped_job(p)
     else:
         running(p)
+
+
+def drop_outdated_block(p: Pass) -> None:
+    """A blocked change whose spec is no longer the spec (reverted, or edited again) stops blocking and stops
+    making the job Degraded: the spec as it is now is handled as any other (and blocked again if it must be)."""
+    block = p.st.blocked_change
+    if block is None or p.blocked():
+        return
+    p.update(blocked_change=None)
+    p.emit("Normal", "BlockedChangeCleared",
+           f"The spec is no longer the one blocked by {block.reason}: that block no longer applies")
 
 
 def delete_strays(p: Pass) -> bool:
