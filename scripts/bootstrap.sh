@@ -52,6 +52,7 @@ fi
 
 # 2. Go binaries
 BIN_DIR=$(bash "$ROOT/testbed/build/build-go-binaries.sh")
+PROMETHEUS_BIN_DIR=$(bash "$ROOT/testbed/build/build-prometheus.sh")
 
 # 3. jars for s3a://
 JARS_DIR=$(bash "$ROOT/testbed/build/fetch-jars.sh" "$VENV")
@@ -60,7 +61,8 @@ cat > "$ROOT/.streamjob-env" <<ENV
 export STREAMJOB_CACHE="$CACHE_ROOT"
 export STREAMJOB_VENV="$VENV"
 export STREAMJOB_BIN_DIR="$BIN_DIR"
+export STREAMJOB_PROMETHEUS_BIN_DIR="$PROMETHEUS_BIN_DIR"
 export STREAMJOB_JARS_DIR="$JARS_DIR"
-export PATH="$BIN_DIR:$VENV/bin:\$PATH"
+export PATH="$BIN_DIR:$PROMETHEUS_BIN_DIR:$VENV/bin:\$PATH"
 ENV
 say "ready: source .streamjob-env to use the tools"
