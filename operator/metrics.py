@@ -34,7 +34,7 @@ PREFIX = "streamjob"
 _PASS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _OPERATION_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 
-RECONCILE_PASSES = Counter(f"{PREFIX}_reconcile_passes", "Reconcile handler calls, by outcome (success, error).",
+RECONCILE_PASSES = Counter(f"{PREFIX}_reconcile_passes", "Reconcile handler calls, by outcome (success, error, permanent).",
                            ["outcome"], registry=REGISTRY)
 RECONCILE_ERRORS = Counter(f"{PREFIX}_reconcile_errors", "Reconcile handler calls that failed, by outcome (error, permanent).",
                            ["outcome"], registry=REGISTRY)
@@ -270,19 +270,24 @@ def forget_job(namespace: str, job: str) -> None:
 def serve(address: str) -> None:
     """Serves /metrics on HOST:PORT in a daemon thread (prometheus_client's own server)."""
     host, _, port = address.rpartition(":")
-    start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=REGISTRY)  # noqa: S104 - the chart's Service needs it
+    if not host:
+        raise ValueError(f"--metrics-address={address}: must be HOST:PORT, e.g. 127.0.0.1:9090 or $(POD_IP):9090")
+    start_http_server(int(port), addr=host.strip("[]"), registry=REGISTRY)
 
 
 def reference() -> list[tuple[str, str, str, str]]:
     """(name, type, labels, help) of every metric this module exports; docs/observability.md lists them (a test checks)."""
     example = JobCollector()
-    example.put("ns", "job", snapshot(StreamJobStatus()))  # label names only: values do not matter
+    from streamjob_operator.api.status import Condition
+
+    example.put("ns", "job", snapshot(StreamJobStatus(  # label names only: values do not matter
+        state=LifecycleState.running, conditions=[Condition(type="Ready", status="True", reason="JobReady")])))
     families = {f.name: f for f in REGISTRY.collect() if f.name not in {g.name for g in example.describe()}}
     families.update({f.name: f for f in example._families(example._jobs, 0.0)})
     rows = []
     for name, family in sorted(families.items()):
         labels = sorted({k for s in family.samples for k in s.labels if k != "le"})
-        if family.name.startswith(f"{PREFIX}_job_") and not labels:
+        if family.name.startswith(f"{PREFIX}_job_") and not labels:  # absent until the driver reports it
             labels = ["job", "namespace"]
         exposed = f"{name}_total" if family.type == "counter" else name
         rows.append((exposed, family.type, ", ".join(labels), family.documentation))
