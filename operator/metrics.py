@@ -7,7 +7,8 @@ derived from what the pass already read and decided — the job's status
 before and after, and the decision's events — so scraping never reaches a
 driver, S3 or the API server.
 
-Per-job series carry only ``namespace`` and ``job`` labels (plus a bounded
+Per-job series carry only ``namespace`` and ``streamjob`` labels (not ``job``:
+Prometheus sets that one to the scrape job) (plus a bounded
 enum label such as ``state``); ages (``now - time``) are computed when
 Prometheus scrapes, from the times the last pass recorded.
 """
@@ -204,14 +205,14 @@ class JobCollector(Collector):
         for (ctype, cstatus), n in sorted(cond_counts.items()):
             by_condition.add_metric([ctype, cstatus], n)
         yield by_condition
-        info = GaugeMetricFamily(f"{PREFIX}_job_state", "1 for the job's current lifecycle state.", labels=["namespace", "job", "state"])
+        info = GaugeMetricFamily(f"{PREFIX}_job_state", "1 for the job's current lifecycle state.", labels=["namespace", "streamjob", "state"])
         for (ns, name), snap in sorted(jobs.items()):
             if snap.state is not None:
                 info.add_metric([ns, name, snap.state], 1)
         yield info
         values = {key: _job_values(snap, now) for key, snap in sorted(jobs.items())}
         for metric, help_text in _JOB_GAUGES:
-            family = GaugeMetricFamily(f"{PREFIX}_{metric}", help_text, labels=["namespace", "job"])
+            family = GaugeMetricFamily(f"{PREFIX}_{metric}", help_text, labels=["namespace", "streamjob"])
             for (ns, name), vals in values.items():
                 value = vals[metric]
                 if value is not None:
@@ -288,7 +289,7 @@ def reference() -> list[tuple[str, str, str, str]]:
     for name, family in sorted(families.items()):
         labels = sorted({k for s in family.samples for k in s.labels if k != "le"})
         if family.name.startswith(f"{PREFIX}_job_") and not labels:  # absent until the driver reports it
-            labels = ["job", "namespace"]
+            labels = ["namespace", "streamjob"]
         exposed = f"{name}_total" if family.type == "counter" else name
         rows.append((exposed, family.type, ", ".join(labels), family.documentation))
     return rows

@@ -105,7 +105,7 @@ def test_prometheus_scrapes_the_operator_through_a_lifecycle_and_every_dashboard
     testbed: TestBed, scraped_operator: tuple[Operator, Prometheus], jobs: Jobs, s3_secret: str, namespace: str,
 ) -> None:
     op, prom = scraped_operator
-    sel = f'namespace="{namespace}",job="watched"'
+    sel = f'namespace="{namespace}",streamjob="watched"'
     jobs.apply(windowed_job("watched", testbed, prefix=f"e2e/{namespace}/metrics"))
 
     # deploy: the target is up and the job's series carry progress and a watermark

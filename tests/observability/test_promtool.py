@@ -60,7 +60,7 @@ def populated_exposition() -> bytes:
 
 def test_promtool_check_metrics_passes_on_what_the_operator_exposes() -> None:
     exposition = populated_exposition()
-    assert b'streamjob_job_watermark_lag_seconds{job="j",namespace="promtool"}' in exposition
+    assert b'streamjob_job_watermark_lag_seconds{namespace="promtool",streamjob="j"}' in exposition
     result = promtool("check", "metrics", stdin=exposition)
     assert result.returncode == 0, (result.stdout + result.stderr).decode()
     assert not (result.stdout + result.stderr).strip(), (result.stdout + result.stderr).decode()

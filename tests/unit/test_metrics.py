@@ -59,7 +59,7 @@ def fresh_job():
 
 def test_a_running_job_exports_its_streaming_metrics_labelled_by_namespace_and_job_only() -> None:
     metrics.record_pass("ns", "j", running(), running(), [], NOW)
-    job = {"namespace": "ns", "job": "j"}
+    job = {"namespace": "ns", "streamjob": "j"}
     assert value("streamjob_job_last_committed_batch_id", **job) == 41
     assert value("streamjob_job_batch_duration_seconds", **job) == 0.25
     assert value("streamjob_job_input_rows_per_second", **job) == 5.0
@@ -75,7 +75,7 @@ def test_a_running_job_exports_its_streaming_metrics_labelled_by_namespace_and_j
     assert value("streamjob_job_last_savepoint_age_seconds", **job) >= 120
     assert value("streamjob_job_last_checkpoint_age_seconds", **job) >= 5
     per_job = {labels for (name, labels) in samples() if name.startswith("streamjob_job_")}
-    assert per_job <= {(("job", "j"), ("namespace", "ns")), (("job", "j"), ("namespace", "ns"), ("state", "Running"))}
+    assert per_job <= {(("namespace", "ns"), ("streamjob", "j")), (("namespace", "ns"), ("state", "Running"), ("streamjob", "j"))}
 
 
 @pytest.mark.parametrize(
@@ -89,14 +89,14 @@ def test_a_running_job_exports_its_streaming_metrics_labelled_by_namespace_and_j
 def test_what_the_driver_did_not_report_is_absent_not_zero(job: JobMetrics | None, absent: str) -> None:
     status = running(job=job)
     metrics.record_pass("ns", "j", status, status, [], NOW)
-    assert value(absent, namespace="ns", job="j") is None
-    assert value("streamjob_job_last_committed_batch_id", namespace="ns", job="j") == 41
+    assert value(absent, namespace="ns", streamjob="j") is None
+    assert value("streamjob_job_last_committed_batch_id", namespace="ns", streamjob="j") == 41
 
 
 def test_a_deleted_job_leaves_no_series() -> None:
     metrics.record_pass("ns", "j", running(), running(), [], NOW)
     metrics.forget_job("ns", "j")
-    assert not [k for k in samples() if ("job", "j") in k[1]]
+    assert not [k for k in samples() if ("streamjob", "j") in k[1]]
     assert value("streamjob_jobs", state="Running") == 0
 
 
@@ -131,7 +131,7 @@ def test_a_failure_counts_a_restart_and_times_the_reaction_until_the_replacement
     assert value("streamjob_restarts_total") == restarts + 1
     assert value("streamjob_failure_reaction_seconds_count") == reactions + 1
     assert value("streamjob_failure_reaction_seconds_sum") >= 3
-    assert value("streamjob_job_restarts", namespace="ns", job="j") == 1
+    assert value("streamjob_job_restarts", namespace="ns", streamjob="j") == 1
 
 
 def test_bounded_labels_are_exported_at_zero_before_the_first_event() -> None:
