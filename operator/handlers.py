@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -19,6 +20,7 @@ from typing import Any
 
 import kopf
 
+from streamjob_operator import metrics
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, DeletionSpec, SpecError, StreamJobSpec, parse_spec
 from streamjob_operator.api.status import StreamJobStatus
 from streamjob_operator.k8s.act import ActionFailed, Actor, Outcome, describe_action
@@ -92,6 +94,7 @@ def reconcile(namespace: str, name: str) -> Decision | None:
         for _ in range(MAX_PASSES):
             body = clients.get_streamjob(namespace, name)
             if body is None:
+                metrics.forget_job(namespace, name)
                 return None
             meta = body["metadata"]
             owner = Owner(name, namespace, meta["uid"])
@@ -108,6 +111,7 @@ def reconcile(namespace: str, name: str) -> Decision | None:
                 _report(actor, owner, status, [describe_error(err, "reading the job's driver pods")], now, generation)
                 raise PassFailed(str(err)) from err
             decision = decide(spec, status, observations, now)
+            metrics.record_pass(namespace, name, status, decision.status, decision.events, now)
             if decision.status != status:
                 try:
                     actor.write_status(owner, decision.status)  # the write-ahead log: before any action
@@ -123,7 +127,10 @@ def reconcile(namespace: str, name: str) -> Decision | None:
                 _write(actor, owner, decision.status.model_copy(update={"reconcile_error": None}))
                 log.info("Cleared reconcile error streamjob=%s/%s reason=%s", namespace, name, decision.status.reconcile_error.reason)
                 continue
-            if decision.deletion_done or decision.requeue_after != 0:
+            if decision.deletion_done:
+                metrics.forget_job(namespace, name)
+                break
+            if decision.requeue_after != 0:
                 break
         return decision
 
@@ -197,9 +204,29 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 330
 
 
+def measured(namespace: str, name: str) -> Decision | None:
+    """``reconcile`` counted and timed for /metrics, by outcome (success, error, permanent)."""
+    outcome = "error"
+    started = time.monotonic()
+    metrics.RECONCILE_IN_FLIGHT.inc()
+    try:
+        decision = reconcile(namespace, name)
+        outcome = "success"
+        return decision
+    except kopf.PermanentError:
+        outcome = "permanent"
+        raise
+    finally:
+        metrics.RECONCILE_IN_FLIGHT.dec()
+        metrics.RECONCILE_PASSES.labels(outcome).inc()
+        metrics.RECONCILE_DURATION.labels(outcome).observe(time.monotonic() - started)
+        if outcome != "success":
+            metrics.RECONCILE_ERRORS.labels(outcome).inc()
+
+
 def _run(namespace: str, name: str) -> Decision | None:
     try:
-        return reconcile(namespace, name)
+        return measured(namespace, name)
     except PassFailed as err:  # already in status and an event: retry soon, without a traceback
         raise kopf.TemporaryError(f"pass failed: {err}", delay=FAILED_PASS_RETRY_SECONDS) from None
 
@@ -220,7 +247,7 @@ def on_timer(namespace: str | None, name: str, **_: Any) -> None:
 def on_driver_pod(namespace: str | None, labels: Mapping[str, str], type: str, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
     job = labels.get(names.LABEL_JOB)
     if job and namespace and type is not None:  # type None: the initial listing, covered by on.resume
-        reconcile(namespace, job)
+        measured(namespace, job)
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, PLURAL)
@@ -229,7 +256,7 @@ def on_delete(namespace: str | None, name: str, meta: Mapping[str, Any], spec: M
     released even when every pass fails, with an event saying what was skipped."""
     ns = namespace or "default"
     try:
-        decision = reconcile(ns, name)
+        decision = measured(ns, name)
         if decision is None or decision.deletion_done:
             return
         why, delay = "waiting for the driver to stop", max(1.0, decision.requeue_after or 1.0)
@@ -244,6 +271,7 @@ def on_delete(namespace: str | None, name: str, meta: Mapping[str, Any], spec: M
                    "collection deletes them through their owner references. Savepoints and checkpoints in S3 are kept.")
         log.warning("Released finalizer streamjob=%s/%s reason=DeletionTimedOut why=%s", ns, name, why)
         Actor(_clients()).emit(Owner(name, ns, str(meta.get("uid") or "")), Event("Warning", "DeletionTimedOut", message))
+        metrics.forget_job(ns, name)
         return
     raise kopf.TemporaryError(why, delay=delay)
 

@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)")
     parser.add_argument("--liveness", metavar="URL", default=os.environ.get("STREAMJOB_LIVENESS"),
                         help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument("--metrics-address", metavar="HOST:PORT", default=os.environ.get("STREAMJOB_METRICS_ADDRESS"),
+                        help="serve Prometheus metrics on http://HOST:PORT/metrics, e.g. 0.0.0.0:9090 (off when unset)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each pass")
     parser.add_argument("--debug", action="store_true", help="log kopf's internals too")
     parser.add_argument("--log-level", choices=["debug", "verbose", "info"], default=None,
@@ -71,13 +73,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.verbose = True
     configure_logging(args.verbose, args.debug)
 
-    from streamjob_operator import handlers  # registers the kopf handlers
+    from streamjob_operator import handlers, metrics  # handlers registers the kopf handlers
     from streamjob_operator.k8s.clients import load_api_client
     from streamjob_operator.k8s.lease import LeaderLease
 
     handlers.SETTINGS.layout = RuntimeLayout(runtime_command=args.runtime_command, control_port=args.control_port)
     handlers.SETTINGS.repartition_supported = args.repartition
 
+    if args.metrics_address:
+        metrics.serve(args.metrics_address)
+        log.info("Serving metrics address=http://%s/metrics", args.metrics_address)
+    metrics.LEADER.set(0)
     lease = None
     if args.leader_election:
         identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
@@ -85,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             renew_seconds=max(1.0, args.lease_seconds / 3))
         lease.acquire()
         lease.keep_renewing()
+    metrics.LEADER.set(1)  # losing the Lease ends the process (lease.py): no path back to 0 while serving
     namespaces = args.namespace
     log.info("Started operator namespaces=%s leaderElection=%s driverScript=%s",
              ",".join(namespaces) or "*", args.leader_election, args.runtime_command)
@@ -96,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             liveness_endpoint=args.liveness,
         )
     finally:
+        metrics.LEADER.set(0)
         if lease is not None:
             lease.release()
     return 0

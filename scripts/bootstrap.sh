@@ -53,6 +53,7 @@ fi
 
 # 2. Go binaries
 BIN_DIR=$(bash "$ROOT/testbed/build/build-go-binaries.sh")
+PROMETHEUS_BIN_DIR=$(bash "$ROOT/testbed/build/build-prometheus.sh")
 
 # 2b. GitOps consumers (gopher-lua health runner, kstatus) for tests/gitops
 GITOPS_BIN_DIR=$(bash "$ROOT/testbed/build/build-gitops-tools.sh")
@@ -64,8 +65,9 @@ cat > "$ROOT/.streamjob-env" <<ENV
 export STREAMJOB_CACHE="$CACHE_ROOT"
 export STREAMJOB_VENV="$VENV"
 export STREAMJOB_BIN_DIR="$BIN_DIR"
+export STREAMJOB_PROMETHEUS_BIN_DIR="$PROMETHEUS_BIN_DIR"
 export STREAMJOB_JARS_DIR="$JARS_DIR"
 export STREAMJOB_GITOPS_BIN_DIR="$GITOPS_BIN_DIR"
-export PATH="$BIN_DIR:$GITOPS_BIN_DIR:$VENV/bin:\$PATH"
+export PATH="$BIN_DIR:$GITOPS_BIN_DIR:$PROMETHEUS_BIN_DIR:$VENV/bin:\$PATH"
 ENV
 say "ready: source .streamjob-env to use the tools"

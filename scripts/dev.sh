@@ -63,3 +63,7 @@ echo "  source $ROOT/.testbed/env"
 echo "then: kubectl get sj -A; kubectl describe sj minimal; streamjob-testbed down (to stop)"
 echo "The kubectl plugin is on that PATH (docs/kubectl-plugin.md):"
 echo "  kubectl streamjob list -A; kubectl streamjob status minimal; kubectl streamjob savepoint NAME --wait"
+echo
+echo "Metrics (docs/observability.md): the operator serves Prometheus metrics at"
+echo "  http://$(kubectl get pod -n streamjob-system -l app.kubernetes.io/name=streamjob-operator -o jsonpath='{.items[0].status.podIP}' 2>/dev/null || echo POD_IP):9090/metrics"
+echo "  (in a cluster: the Service streamjob-streamjob-metrics, port 9090; the Grafana dashboard is charts/streamjob/dashboards/streamjob.json)"

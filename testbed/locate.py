@@ -66,6 +66,26 @@ def bin_dir() -> Path:
     return candidate
 
 
+PROMETHEUS_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-prometheus.sh")
+
+
+def prometheus_bin_dir() -> Path:
+    """prometheus and promtool from testbed/build/build-prometheus.sh ($STREAMJOB_PROMETHEUS_BIN_DIR)."""
+    explicit = os.environ.get("STREAMJOB_PROMETHEUS_BIN_DIR")
+    if explicit:
+        candidate = Path(explicit)
+    else:
+        match = re.search(r'^PROMETHEUS_MODULE_VERSION="\$\{PROMETHEUS_MODULE_VERSION:-([^}]+)\}"',
+                          PROMETHEUS_BUILD_SCRIPT.read_text(), flags=re.M)
+        assert match is not None, f"{PROMETHEUS_BUILD_SCRIPT}: no default for PROMETHEUS_MODULE_VERSION"
+        candidate = cache_root() / "bin" / f"prometheus-{os.environ.get('PROMETHEUS_MODULE_VERSION') or match.group(1)}"
+    missing = [b for b in ("prometheus", "promtool") if not os.access(candidate / b, os.X_OK)]
+    if missing:
+        raise MissingToolError(f"{', '.join(missing)} missing from {candidate}: run scripts/bootstrap.sh "
+                               "(or bash testbed/build/build-prometheus.sh) to build them")
+    return candidate
+
+
 def jars_dir() -> Path | None:
     """The s3a jars from testbed/build/fetch-jars.sh, or None when they were not fetched."""
     explicit = os.environ.get("STREAMJOB_JARS_DIR")

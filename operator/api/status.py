@@ -63,6 +63,11 @@ class JobMetrics(Model):
     input_rows_per_second: float | None = Field(default=None, alias="inputRowsPerSecond", description="Input rate.")
     processed_rows_per_second: float | None = Field(default=None, alias="processedRowsPerSecond", description="Processing rate.")
     state_rows: int | None = Field(default=None, alias="stateRows", description="Rows held in state.")
+    state_memory_bytes: int | None = Field(default=None, alias="stateMemoryBytes", description="Memory used by the state store.")
+    rows_dropped_by_watermark: int | None = Field(
+        default=None, alias="rowsDroppedByWatermark", description="Late rows the last batch dropped (older than the watermark)."
+    )
+    batch_duration_ms: int | None = Field(default=None, alias="batchDurationMs", description="Duration of the last batch.")
     observed_at: str | None = Field(default=None, alias="observedAt", description="When these were read from the driver.")
 
 

@@ -75,6 +75,9 @@ class JobProgress:
     input_rows_per_second: float | None = None
     processed_rows_per_second: float | None = None
     state_rows: int | None = None
+    state_memory_bytes: int | None = None
+    rows_dropped_by_watermark: int | None = None
+    batch_duration_ms: int | None = None
     last_error: str | None = None
 
 

@@ -153,6 +153,9 @@ def job_progress(body: dict[str, Any]) -> JobProgress:
         input_rows_per_second=body.get("inputRowsPerSecond"),
         processed_rows_per_second=body.get("processedRowsPerSecond"),
         state_rows=body.get("stateRows"),
+        state_memory_bytes=body.get("stateMemoryBytes"),
+        rows_dropped_by_watermark=body.get("rowsDroppedByWatermark"),
+        batch_duration_ms=body.get("batchDurationMs"),
         last_error=body.get("lastError"),
     )
 

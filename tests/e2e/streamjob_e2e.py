@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +57,11 @@ def _established(ext: client.ApiextensionsV1Api) -> bool:
 class Operator:
     """`streamjob-operator` as a subprocess; kill() is SIGKILL, like a crashed pod."""
 
-    def __init__(self, testbed: TestBed, log_path: Path, lease: str) -> None:
+    def __init__(self, testbed: TestBed, log_path: Path, lease: str, extra_args: Sequence[str] = ()) -> None:
         self.testbed = testbed
         self.log_path = log_path
         self.lease = lease
+        self.extra_args = list(extra_args)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -72,7 +73,7 @@ class Operator:
             self.proc = subprocess.Popen(
                 # the driver script is the image's /opt/streamjob/driver.py (the default)
                 [str(exe), "--lease-namespace", "default", "--lease-name", self.lease,
-                 "--lease-seconds", "6", "-v"],
+                 "--lease-seconds", "6", "-v", *self.extra_args],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )
 

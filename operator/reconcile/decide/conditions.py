@@ -42,6 +42,9 @@ def record_progress(p: Pass) -> None:
                 input_rows_per_second=job.input_rows_per_second,
                 processed_rows_per_second=job.processed_rows_per_second,
                 state_rows=job.state_rows,
+                state_memory_bytes=job.state_memory_bytes,
+                rows_dropped_by_watermark=job.rows_dropped_by_watermark,
+                batch_duration_ms=job.batch_duration_ms,
                 observed_at=p.t(),
             )
         )
