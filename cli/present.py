@@ -153,6 +153,8 @@ def history(job: dict[str, Any], now: datetime, sizes: dict[str, int | None] | N
         }
         if sizes is not None:
             row["sizeBytes"] = sizes.get(e.get("path", ""))
+        elif e.get("sizeBytes") is not None:  # recorded by the operator from the manifest
+            row["sizeBytes"] = e["sizeBytes"]
         out.append(row)
     return out
 

@@ -34,6 +34,7 @@ PREFIX = "streamjob"
 
 _PASS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _OPERATION_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+_SIZE_BUCKETS = tuple(float(4**k * 1024) for k in range(2, 14))  # 16 KiB .. 64 GiB
 
 RECONCILE_PASSES = Counter(f"{PREFIX}_reconcile_passes", "Reconcile handler calls, by outcome (success, error, permanent).",
                            ["outcome"], registry=REGISTRY)
@@ -48,6 +49,8 @@ SAVEPOINTS = Counter(f"{PREFIX}_savepoints", "Savepoints finished, by trigger an
                      ["trigger", "outcome"], registry=REGISTRY)
 SAVEPOINT_DURATION = Histogram(f"{PREFIX}_savepoint_duration_seconds", "From savepoint trigger to completion or failure, by trigger.",
                                ["trigger"], buckets=_OPERATION_BUCKETS, registry=REGISTRY)
+SAVEPOINT_SIZE = Histogram(f"{PREFIX}_savepoint_size_bytes", "Size of completed savepoints (the files their manifest lists), by trigger.",
+                           ["trigger"], buckets=_SIZE_BUCKETS, registry=REGISTRY)
 UPGRADES = Counter(f"{PREFIX}_upgrades", "Upgrades that completed (the new spec ran a batch).", registry=REGISTRY)
 UPGRADE_DURATION = Histogram(f"{PREFIX}_upgrade_duration_seconds", "From the start of an upgrade to its completion.",
                              buckets=_OPERATION_BUCKETS, registry=REGISTRY)
@@ -70,6 +73,7 @@ for _outcome in OUTCOMES:
         RECONCILE_ERRORS.labels(_outcome)
 for _trigger in SAVEPOINT_TRIGGERS:
     SAVEPOINT_DURATION.labels(_trigger)
+    SAVEPOINT_SIZE.labels(_trigger)
     for _result in ("completed", "failed"):
         SAVEPOINTS.labels(_trigger, _result)
 
@@ -245,6 +249,9 @@ def record_pass(namespace: str, job: str, before: StreamJobStatus, after: Stream
             SAVEPOINTS.labels(trigger, "completed" if event.reason == "SavepointCompleted" else "failed").inc()
             if started is not None:
                 SAVEPOINT_DURATION.labels(trigger).observe(max(0.0, at - started))
+            saved = after.last_savepoint
+            if event.reason == "SavepointCompleted" and saved is not None and saved.size_bytes is not None:
+                SAVEPOINT_SIZE.labels(trigger).observe(saved.size_bytes)
         elif event.reason == "UpgradeCompleted":
             UPGRADES.inc()
             if started is not None:

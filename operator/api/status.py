@@ -53,6 +53,8 @@ class SavepointInfo(Model):
     batch_id: int | None = Field(default=None, alias="batchId", description="Committed batch the savepoint holds.")
     time: str | None = Field(default=None, description="When it completed (RFC 3339).")
     trigger: str = Field(default="manual", description="upgrade, suspend, manual, periodic, delete or rollback.")
+    size_bytes: int | None = Field(default=None, alias="sizeBytes",
+                                   description="Total bytes of the savepoint's files, from its manifest (unset when the manifest was not read).")
 
 
 class JobMetrics(Model):

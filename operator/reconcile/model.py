@@ -104,6 +104,7 @@ class SavepointManifest:
     path: str
     batch_id: int | None = None
     time: str | None = None
+    size_bytes: int | None = None  # the sum of the files the manifest lists
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ def observe(
 
         try:
             m = inspect_savepoint(op.savepoint_path, s3_config=s3)
-            manifest = SavepointManifest(op.savepoint_path, m.batch_id, m.created_at.isoformat())
+            manifest = SavepointManifest(op.savepoint_path, m.batch_id, m.created_at.isoformat(), m.total_bytes)
         except SavepointError:
             pass  # no manifest (yet): no savepoint
         except Exception as err:

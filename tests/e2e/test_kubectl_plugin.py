@@ -95,6 +95,10 @@ def test_kubectl_streamjob_drives_a_real_job(
     # history: the savepoint with its batch, trigger and (read from its manifest) size
     hist = json.loads(k.ok(*sj, "history", "plug", "-o", "json", "--sizes"))
     assert hist[0]["path"] == path and hist[0]["trigger"] == "manual" and hist[0]["sizeBytes"] > 0
+    # the operator recorded the same size in status, from the manifest: history shows it without reading S3
+    assert jobs.status("plug")["lastSavepoint"]["sizeBytes"] == hist[0]["sizeBytes"]
+    recorded = json.loads(k.ok(*sj, "history", "plug", "-o", "json"))
+    assert recorded[0]["sizeBytes"] == hist[0]["sizeBytes"]
     assert path in k.ok(*sj, "history", "plug")
 
     # inspect: credentials from the job's Secret, or from AWS_* variables

@@ -110,6 +110,18 @@ def test_a_completed_savepoint_is_counted_by_trigger_with_its_duration() -> None
     assert value("streamjob_savepoint_duration_seconds_bucket", trigger="periodic", le="10.0") >= 1
 
 
+def test_a_completed_savepoint_size_comes_from_its_manifest_in_status() -> None:
+    before = running(operation=Operation(kind="savepoint", phase="Savepointing", trigger="manual", started_at=t(3)))
+    after = running(last_savepoint=SavepointInfo(path="s3a://b/sp", batch_id=4, time=NOW.isoformat(), trigger="manual",
+                                                 size_bytes=200_000))
+    count = value("streamjob_savepoint_size_bytes_count", trigger="manual")
+    total = value("streamjob_savepoint_size_bytes_sum", trigger="manual")
+    metrics.record_pass("ns", "j", before, after, [Event("Normal", "SavepointCompleted", "done")], NOW)
+    assert value("streamjob_savepoint_size_bytes_count", trigger="manual") == count + 1
+    assert value("streamjob_savepoint_size_bytes_sum", trigger="manual") == total + 200_000
+    assert value("streamjob_savepoint_size_bytes_bucket", trigger="manual", le="+Inf") >= 1
+
+
 def test_upgrade_and_rollback_are_counted_with_durations() -> None:
     op = Operation(kind="upgrade", phase="AwaitingReady", started_at=t(40))
     upgrades, rollbacks = value("streamjob_upgrades_total"), value("streamjob_rollbacks_total")

@@ -44,7 +44,8 @@ def savepointing(p: Pass) -> None:
     manifest = p.obs.manifest if p.obs.manifest and p.obs.manifest.path == op.savepoint_path else None
     progress = p.obs.savepoint
     if manifest is not None or (progress is not None and progress.state is SavepointState.completed):
-        completed(p, manifest.batch_id if manifest else (progress.batch_id if progress else None))
+        completed(p, manifest.batch_id if manifest else (progress.batch_id if progress else None),
+                  manifest.size_bytes if manifest else None)
         return
     if cur is not None and cur.terminated and cur.savepoint_path == op.savepoint_path:
         completed(p, cur.savepoint_batch)  # the runtime's termination message says it wrote the manifest
@@ -67,10 +68,10 @@ def savepointing(p: Pass) -> None:
     p.again(POLL_SECONDS)
 
 
-def completed(p: Pass, batch_id: int | None) -> None:
+def completed(p: Pass, batch_id: int | None, size_bytes: int | None = None) -> None:
     op = p.op()
     assert op.savepoint_path is not None
-    info = SavepointInfo(path=op.savepoint_path, batch_id=batch_id, time=p.t(), trigger=op.trigger or op.kind)
+    info = SavepointInfo(path=op.savepoint_path, batch_id=batch_id, time=p.t(), trigger=op.trigger or op.kind, size_bytes=size_bytes)
     history = [info] + [h for h in p.st.savepoint_history if h.path != info.path]
     p.update(last_savepoint=info, savepoint_history=history[:MAX_SAVEPOINT_HISTORY])
     message = f"Savepoint {info.path} completed at batch {batch_id} ({info.trigger})"
