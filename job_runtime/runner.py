@@ -49,7 +49,7 @@ from job_runtime.jobdef import JobDefinition, JobDefinitionError
 from job_runtime.pinning import StateIncompatibleError, check_state_partitions
 from job_runtime.s3 import LocationError, S3Config, parse_location
 from job_runtime.settings import RuntimeSettings
-from job_runtime.status import RunState, SavepointState, progress_fields
+from job_runtime.status import LateRowsTotal, RunState, SavepointState, progress_fields
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -128,6 +128,7 @@ class Runner:
         self._worker: threading.Thread | None = None
         self._stop_reason: str | None = None
         self._latest_completed: tuple[float, int | None] = (0.0, None)
+        self._late_rows = LateRowsTotal()
         self._query_starts = 0
         self._dropped_state = False
         self.final_savepoint: SavepointRecord | None = None
@@ -154,10 +155,12 @@ class Runner:
                 query_id, run_id = str(query.id), str(query.runId)
                 last = query.lastProgress
                 if last is not None:
-                    progress = json.loads(last.json) if hasattr(last, "json") else dict(last)
+                    progress = _progress_dict(last)
+                    self._count_late_rows(query, run_id, progress)
             except Exception as err:  # the JVM may be going away; status must still answer
                 log.debug("could not read query progress: %s", err)
         with self._lock:
+            late_rows_total = self._late_rows.total
             active = self._active_savepoint.to_json() if self._active_savepoint else None
             latest = list(self._savepoints.values())[-1].to_json() if self._savepoints else None
         return {
@@ -168,6 +171,7 @@ class Runner:
             "queryStarts": self._query_starts,
             "latestCompletedBatch": self._latest_completed_batch(),
             **progress_fields(progress),
+            "lateRowsDroppedTotal": late_rows_total,
             "lastError": self._last_error,
             "statePartitions": self.settings.state_partitions,
             "checkpointLocation": self.settings.checkpoint_location,
@@ -177,6 +181,13 @@ class Runner:
             "savepointInProgress": active,
             "lastSavepoint": latest,
         }
+
+    def _count_late_rows(self, query: Any, run_id: str | None, last: dict[str, Any]) -> None:
+        with self._lock:
+            history = self._late_rows.needs_history(run_id, last)
+        reports = [_progress_dict(r) for r in query.recentProgress] if history else [last]
+        with self._lock:
+            self._late_rows.add(run_id, reports)
 
     def request_savepoint(self, path: str | None, stop: bool) -> dict[str, Any]:
         with self._lock:
@@ -593,3 +604,8 @@ def _describe(err: BaseException) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     head = lines[0] if lines else type(err).__name__
     return head if len(head) <= 2000 else head[:2000] + "..."
+
+
+def _progress_dict(progress: Any) -> dict[str, Any]:
+    """A StreamingQueryProgress (or the dict older PySpark returns) as Spark's JSON dict."""
+    return json.loads(progress.json) if hasattr(progress, "json") else dict(progress)

@@ -47,6 +47,45 @@ def _number(value: Any) -> float | None:
     return None if number != number else number  # NaN when Spark had no time window yet
 
 
+def rows_dropped(progress: dict[str, Any]) -> int:
+    """Rows a progress report's stateful operators dropped as later than the watermark."""
+    return sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in progress.get("stateOperators") or [])
+
+
+class LateRowsTotal:
+    """Late rows dropped since the driver started, summed over the batches that ran.
+
+    Fed with the last progress report, and with the query's recent reports when batches were
+    missed since the last call (Spark keeps the last spark.sql.streaming.numRecentProgressUpdates,
+    100 by default; /status is polled every few seconds). Reports of idle triggers (no addBatch:
+    no batch ran; they carry the id of the next batch) are not counted and do not advance the count.
+    Not thread-safe: the caller holds its lock.
+    """
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.counted_batch: int | None = None
+        self.query_key: object = None
+
+    def needs_history(self, query_key: object, last: dict[str, Any]) -> bool:
+        """True when the last report alone may not cover every batch since the previous call."""
+        batch = last.get("batchId")
+        if query_key != self.query_key:
+            return True
+        return batch is not None and self.counted_batch is not None and batch > self.counted_batch + 1
+
+    def add(self, query_key: object, reports: list[dict[str, Any]]) -> None:
+        if query_key != self.query_key:  # a new query (restart within the driver): its batch ids go on from the checkpoint
+            self.query_key = query_key
+        ran = [r for r in reports if isinstance(r.get("batchId"), int) and "addBatch" in (r.get("durationMs") or {})]
+        for report in sorted(ran, key=lambda r: int(r["batchId"])):
+            batch = int(report["batchId"])
+            if self.counted_batch is not None and batch <= self.counted_batch:
+                continue
+            self.total += rows_dropped(report)
+            self.counted_batch = batch
+
+
 def progress_fields(progress: dict[str, Any] | None) -> dict[str, Any]:
     """The /status fields that come from the last progress report (all None before the first)."""
     if not progress:
@@ -76,6 +115,6 @@ def progress_fields(progress: dict[str, Any] | None) -> dict[str, Any]:
         "batchDurationMs": duration,
         "stateRows": sum(int(op.get("numRowsTotal") or 0) for op in operators) if operators else 0,
         "stateMemoryBytes": sum(int(op.get("memoryUsedBytes") or 0) for op in operators) if operators else 0,
-        "rowsDroppedByWatermark": sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in operators) if operators else 0,
+        "rowsDroppedByWatermark": rows_dropped(progress) if operators else 0,
         "lastProgressAt": progress.get("timestamp"),
     }

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from job_runtime.status import watermark_ms
@@ -94,6 +94,7 @@ class JobSnapshot:
     state_rows: int | None
     state_memory_bytes: int | None
     rows_dropped_by_watermark: int | None
+    late_rows_dropped_total: int | None
     last_savepoint_at: float | None
 
 
@@ -123,6 +124,7 @@ def snapshot(status: StreamJobStatus) -> JobSnapshot:
         state_rows=job.state_rows if job else None,
         state_memory_bytes=job.state_memory_bytes if job else None,
         rows_dropped_by_watermark=job.rows_dropped_by_watermark if job else None,
+        late_rows_dropped_total=job.late_rows_dropped_total if job else None,
         last_savepoint_at=_epoch(status.last_savepoint.time) if status.last_savepoint else None,
     )
 
@@ -137,7 +139,7 @@ _JOB_GAUGES: tuple[tuple[str, str], ...] = (
     ("job_watermark_lag_seconds", "Now minus the event-time watermark (absent before the first watermark)."),
     ("job_state_rows", "Rows held in the streaming state, over all stateful operators."),
     ("job_state_memory_bytes", "Memory used by the state store, over all stateful operators."),
-    ("job_late_rows_dropped", "Rows of the last micro-batch dropped as later than the watermark."),
+    ("job_late_rows_dropped_last_batch", "Rows of the last micro-batch dropped as later than the watermark."),
     ("job_last_checkpoint_age_seconds", "Seconds since the latest completed checkpoint was observed."),
     ("job_last_savepoint_age_seconds", "Seconds since the latest completed savepoint."),
     ("job_restarts", "Restarts after failures over the job's life (status.totalRestarts)."),
@@ -157,7 +159,7 @@ def _job_values(s: JobSnapshot, now: float) -> dict[str, float | None]:
         "job_watermark_lag_seconds": age(s.watermark),
         "job_state_rows": s.state_rows,
         "job_state_memory_bytes": s.state_memory_bytes,
-        "job_late_rows_dropped": s.rows_dropped_by_watermark,
+        "job_late_rows_dropped_last_batch": s.rows_dropped_by_watermark,
         "job_last_checkpoint_age_seconds": age(s.last_checkpoint_at),
         "job_last_savepoint_age_seconds": age(s.last_savepoint_at),
         "job_restarts": s.total_restarts,
@@ -183,15 +185,15 @@ class JobCollector(Collector):
         with self._lock:
             return self._jobs.get((namespace, job))
 
-    def describe(self) -> Iterable[GaugeMetricFamily]:
+    def describe(self) -> Iterable[Metric]:
         return list(self._families({}, 0.0))
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         with self._lock:
             jobs = dict(self._jobs)
         return self._families(jobs, time.time())
 
-    def _families(self, jobs: dict[tuple[str, str], JobSnapshot], now: float) -> Iterator[GaugeMetricFamily]:
+    def _families(self, jobs: dict[tuple[str, str], JobSnapshot], now: float) -> Iterator[Metric]:
         by_state = GaugeMetricFamily(f"{PREFIX}_jobs", "StreamJobs by lifecycle state.", labels=["state"])
         counts = {s.value: 0 for s in LifecycleState}
         for snap in jobs.values():
@@ -214,6 +216,13 @@ class JobCollector(Collector):
             if snap.state is not None:
                 info.add_metric([ns, name, snap.state], 1)
         yield info
+        late = CounterMetricFamily(f"{PREFIX}_job_late_rows_dropped",
+                                   "Rows dropped as later than the watermark since the job's driver started (resets with a new driver).",
+                                   labels=["namespace", "streamjob"])
+        for (ns, name), snap in sorted(jobs.items()):
+            if snap.late_rows_dropped_total is not None:
+                late.add_metric([ns, name], float(snap.late_rows_dropped_total))
+        yield late
         values = {key: _job_values(snap, now) for key, snap in sorted(jobs.items())}
         for metric, help_text in _JOB_GAUGES:
             family = GaugeMetricFamily(f"{PREFIX}_{metric}", help_text, labels=["namespace", "streamjob"])

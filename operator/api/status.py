@@ -69,6 +69,10 @@ class JobMetrics(Model):
     rows_dropped_by_watermark: int | None = Field(
         default=None, alias="rowsDroppedByWatermark", description="Late rows the last batch dropped (older than the watermark)."
     )
+    late_rows_dropped_total: int | None = Field(
+        default=None, alias="lateRowsDroppedTotal",
+        description="Late rows dropped by the watermark since this driver started, over every batch it ran.",
+    )
     batch_duration_ms: int | None = Field(default=None, alias="batchDurationMs", description="Duration of the last batch.")
     observed_at: str | None = Field(default=None, alias="observedAt", description="When these were read from the driver.")
 

@@ -77,6 +77,7 @@ class JobProgress:
     state_rows: int | None = None
     state_memory_bytes: int | None = None
     rows_dropped_by_watermark: int | None = None
+    late_rows_dropped_total: int | None = None
     batch_duration_ms: int | None = None
     last_error: str | None = None
 

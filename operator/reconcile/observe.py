@@ -155,6 +155,7 @@ def job_progress(body: dict[str, Any]) -> JobProgress:
         state_rows=body.get("stateRows"),
         state_memory_bytes=body.get("stateMemoryBytes"),
         rows_dropped_by_watermark=body.get("rowsDroppedByWatermark"),
+        late_rows_dropped_total=body.get("lateRowsDroppedTotal"),
         batch_duration_ms=body.get("batchDurationMs"),
         last_error=body.get("lastError"),
     )

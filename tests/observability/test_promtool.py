@@ -46,7 +46,7 @@ def populated_exposition() -> bytes:
         last_checkpoint=CheckpointInfo(batch_id=7, time=ago(2)),
         last_savepoint=SavepointInfo(path="s3://b/sp", batch_id=6, time=ago(60), trigger="manual"),
         job=JobMetrics(watermark=ago(15), input_rows_per_second=5.0, processed_rows_per_second=8.0, state_rows=10,
-                       state_memory_bytes=2048, rows_dropped_by_watermark=0, batch_duration_ms=300),
+                       state_memory_bytes=2048, rows_dropped_by_watermark=0, late_rows_dropped_total=5, batch_duration_ms=300),
     )
     op = Operation(kind="savepoint", phase="Savepointing", trigger="manual", started_at=ago(4))
     metrics.record_pass("promtool", "j", status.model_copy(update={"operation": op, "total_restarts": 0}), status,

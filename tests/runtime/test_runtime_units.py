@@ -23,7 +23,7 @@ from job_runtime.jobdef import parse_job_definition
 from job_runtime.pipeline import sink_input
 from job_runtime.session import ROCKSDB_PROVIDER, engine_conf, redacted
 from job_runtime.settings import RuntimeSettings, S3Settings, SettingsError, validate
-from job_runtime.status import progress_fields, watermark_ms
+from job_runtime.status import LateRowsTotal, progress_fields, watermark_ms
 
 
 @pytest.mark.parametrize(
@@ -123,6 +123,28 @@ def test_status_fields_from_progress() -> None:
     assert fields["stateRows"] == 7 and fields["stateMemoryBytes"] == 1024 and fields["rowsDroppedByWatermark"] == 1
     assert fields["batchDurationMs"] == 850 and fields["processedRowsPerSecond"] is None
     assert all(v is None for v in progress_fields(None).values())
+
+
+def _report(batch: int, dropped: int, ran: bool = True) -> dict[str, object]:
+    duration = {"triggerExecution": 10, **({"addBatch": 5} if ran else {})}
+    return {"batchId": batch, "durationMs": duration, "stateOperators": [{"numRowsDroppedByWatermark": dropped}]}
+
+
+def test_late_rows_total_counts_every_batch_that_ran_once() -> None:
+    late = LateRowsTotal()
+    assert late.needs_history("run-1", _report(3, 2))  # first call of a query: what ran before is in its history
+    late.add("run-1", [_report(1, 1), _report(2, 0), _report(3, 2), _report(4, 0, ran=False)])  # an idle trigger: not a batch
+    assert (late.total, late.counted_batch) == (3, 3)
+    assert not late.needs_history("run-1", _report(4, 5))
+    late.add("run-1", [_report(4, 5)])  # batch 4 ran after the idle report with its id
+    late.add("run-1", [_report(4, 5)])  # polled again before the next batch: not counted twice
+    assert late.total == 8
+    assert late.needs_history("run-1", _report(7, 1))  # batches 5 and 6 ran between two polls
+    late.add("run-1", [_report(b, 1) for b in range(2, 8)])
+    assert (late.total, late.counted_batch) == (11, 7)
+    assert late.needs_history("run-2", _report(8, 1))  # a new query in the same driver: batch ids go on
+    late.add("run-2", [_report(7, 4), _report(8, 1)])  # batch 7 re-run after the restart counts once
+    assert late.total == 12
 
 
 def test_sink_input_defaults_to_last_transform_then_first_source() -> None:

@@ -46,7 +46,8 @@ def running(**update: object) -> StreamJobStatus:
         last_checkpoint=CheckpointInfo(batch_id=41, time=t(5)),
         last_savepoint=SavepointInfo(path="s3://b/sp-1", batch_id=40, time=t(120), trigger="manual"),
         job=JobMetrics(watermark=t(30), input_rows_per_second=5.0, processed_rows_per_second=9.5, state_rows=12,
-                       state_memory_bytes=4096, rows_dropped_by_watermark=3, batch_duration_ms=250, observed_at=t(1)),
+                       state_memory_bytes=4096, rows_dropped_by_watermark=3, late_rows_dropped_total=17, batch_duration_ms=250,
+                       observed_at=t(1)),
     )
     return base.model_copy(update=update)
 
@@ -66,7 +67,8 @@ def test_a_running_job_exports_its_streaming_metrics_labelled_by_namespace_and_j
     assert value("streamjob_job_processed_rows_per_second", **job) == 9.5
     assert value("streamjob_job_state_rows", **job) == 12
     assert value("streamjob_job_state_memory_bytes", **job) == 4096
-    assert value("streamjob_job_late_rows_dropped", **job) == 3
+    assert value("streamjob_job_late_rows_dropped_last_batch", **job) == 3
+    assert value("streamjob_job_late_rows_dropped_total", **job) == 17
     assert value("streamjob_job_state", state="Running", **job) == 1
     assert value("streamjob_jobs", state="Running") == 1
     assert value("streamjob_jobs_by_condition", condition="Ready", status="True") == 1

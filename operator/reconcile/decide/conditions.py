@@ -44,6 +44,7 @@ def record_progress(p: Pass) -> None:
                 state_rows=job.state_rows,
                 state_memory_bytes=job.state_memory_bytes,
                 rows_dropped_by_watermark=job.rows_dropped_by_watermark,
+                late_rows_dropped_total=job.late_rows_dropped_total,
                 batch_duration_ms=job.batch_duration_ms,
                 observed_at=p.t(),
             )
