@@ -30,6 +30,7 @@ from pathlib import Path
 
 from testbed import locate
 from testbed.cluster import TestBed, TestBedError
+from testbed.waiting import crds_established, wait_for
 
 log = logging.getLogger("streamjob-testbed")
 
@@ -89,10 +90,7 @@ def apply_manifests(bed: TestBed, paths: list[str]) -> None:
             log.info("Applied %s", line)
         if "customresourcedefinition" in result.stdout:
             # Custom resources applied next need their CRDs served first.
-            subprocess.run(
-                [kubectl, f"--kubeconfig={bed.kubeconfig}", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
-                capture_output=True, text=True, timeout=90, check=False,
-            )
+            wait_for(lambda: crds_established(kubectl, str(bed.kubeconfig)), 60, "the CRDs to be established")
 
 
 # The examples name this S3 endpoint (127.0.0.1:9000), so `up` prefers it.
@@ -114,10 +112,7 @@ def install_operator(bed: TestBed) -> None:
     if result.returncode != 0:
         raise TestBedError(f"helm install of the operator failed: {result.stderr.strip()}")
     kubectl = str(locate.bin_dir() / "kubectl")
-    subprocess.run(
-        [kubectl, f"--kubeconfig={bed.kubeconfig}", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
-        capture_output=True, text=True, timeout=90, check=False,
-    )
+    wait_for(lambda: crds_established(kubectl, str(bed.kubeconfig)), 60, "the CRDs to be established")
     log.info("installed operator namespace=%s chart=%s", OPERATOR_NAMESPACE, chart)
 
 

@@ -37,6 +37,28 @@ def wait_for(probe: Callable[[], T | None], timeout: float, what: str, interval:
         time.sleep(interval)
 
 
+def crds_established(kubectl: str, kubeconfig: str, names: list[str] | None = None) -> bool:
+    """True when every CRD named (all when None) is Established, read with ``kubectl get -o json``.
+
+    Not ``kubectl wait --for=condition=Established``: right after an apply, before the API
+    server has written any condition, it fails at once with ".status.conditions accessor
+    error: <nil>" instead of waiting (seen on a fresh clone).
+    """
+    import json
+    import subprocess
+
+    args = [kubectl, f"--kubeconfig={kubeconfig}", "get", "crd", *(names or []), "-o", "json"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        return False
+    found = json.loads(done.stdout)
+    items = found.get("items", [found]) if found.get("kind") == "List" else [found]
+    return all(
+        any(c.get("type") == "Established" and c.get("status") == "True" for c in (item.get("status") or {}).get("conditions") or [])
+        for item in items
+    )
+
+
 def wait_pod_phase(core: client.CoreV1Api, namespace: str, name: str, phases: set[str], timeout: float = 60) -> client.V1Pod:
     def probe() -> client.V1Pod | None:
         pod = core.read_namespaced_pod(name, namespace)

@@ -22,7 +22,8 @@ from streamjob_operator.k8s import resources
 from streamjob_operator.k8s.resources import Owner, RuntimeLayout
 from streamjob_operator.reconcile import names
 from streamjob_operator.reconcile.model import CreateDriver
-from testbed.waiting import wait_for
+from testbed import locate
+from testbed.waiting import crds_established, wait_for
 
 from test_crd_validation import base
 
@@ -108,7 +109,8 @@ def test_a_job_created_before_the_name_rules_can_still_be_updated_and_deleted(ku
     resource = f"{crd.PLURAL}.{group}"
     kubectl_run("apply", "--server-side", "-f", "-", stdin=json.dumps(old))
     try:
-        kubectl_run("wait", "--for=condition=Established", f"crd/{resource}", "--timeout=60s")
+        kubectl = str(locate.bin_dir() / "kubectl")
+        wait_for(lambda: crds_established(kubectl, str(testbed.kubeconfig), [resource]), 60, f"{resource} to be established")
         job = base()
         job.update(apiVersion=f"{group}/v1alpha1", kind="RatchetJob")
         job["metadata"] = {"name": "1" + "a" * 69, "finalizers": ["streamjob.io/test"]}
