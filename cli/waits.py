@@ -70,9 +70,7 @@ def suspended(job: dict[str, Any], generation: int, before_blocked: dict[str, An
     blocked = status.get("blockedChange")
     if blocked and blocked != before_blocked and not status.get("operation"):
         return Outcome(True, False, f"{blocked.get('reason')}: {blocked.get('message', '')}")
-    if status.get("state") == "Failed":
-        return Outcome(True, False, f"the job failed: {status.get('lastError') or 'see `kubectl streamjob status`'}")
-    return Outcome(False)
+    return _failed(status)
 
 
 def running(job: dict[str, Any], generation: int) -> Outcome:
@@ -80,11 +78,7 @@ def running(job: dict[str, Any], generation: int) -> Outcome:
     status = job.get("status") or {}
     if not _observed(job, generation):
         return Outcome(False)
-    if status.get("state") == "Running" and status.get("ready") and not status.get("operation"):
-        return Outcome(True, True, f"Running on {status.get('driverPod')}")
-    if status.get("state") == "Failed":
-        return Outcome(True, False, f"the job failed: {status.get('lastError') or 'see `kubectl streamjob status`'}")
-    return Outcome(False)
+    return _running_or_failed(status)
 
 
 def restarted(job: dict[str, Any], nonce: int) -> Outcome:
@@ -92,8 +86,17 @@ def restarted(job: dict[str, Any], nonce: int) -> Outcome:
     status = job.get("status") or {}
     if int(status.get("lastRestartNonce") or 0) < nonce:
         return Outcome(False)
-    if status.get("state") == "Failed":
-        return Outcome(True, False, f"the job failed: {status.get('lastError') or 'see `kubectl streamjob status`'}")
+    return _running_or_failed(status)
+
+
+def _running_or_failed(status: dict[str, Any]) -> Outcome:
+    """Done when the job runs its spec and is ready (ok), or has failed (not ok)."""
     if status.get("state") == "Running" and status.get("ready") and not status.get("operation"):
         return Outcome(True, True, f"Running on {status.get('driverPod')}")
+    return _failed(status)
+
+
+def _failed(status: dict[str, Any]) -> Outcome:
+    if status.get("state") == "Failed":
+        return Outcome(True, False, f"the job failed: {status.get('lastError') or 'see `kubectl streamjob status`'}")
     return Outcome(False)
