@@ -18,14 +18,27 @@ constant time; anything else gets 401):
     GET  /savepoints/<id>       200 {"id", "state": IN_PROGRESS|COMPLETED|FAILED,
                                      "path", "batchId", "stop", "error"}; 404 unknown id
     POST /stop                  202 {"state": "STOPPING"}: stop without savepoint, exit 11
+
+A savepoint path is confined to the job's savepoint location (400 naming the path
+otherwise; see job_runtime.savepoint_target).
+
+Held connections: every request (request line, headers and body) must arrive
+within `request_timeout` seconds of the connection being ready for it, whether
+the client sends nothing or dribbles a byte at a time; an idle keep-alive
+connection is closed after the same time. At most `max_connections` connections
+are served at once; one more is answered 503 and closed at once, without a
+thread. Bodies are limited to MAX_BODY_BYTES (413).
 """
 
 from __future__ import annotations
 
 import hmac
+import io
 import json
 import logging
+import socket
 import threading
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,6 +47,14 @@ from typing import Any, Protocol
 log = logging.getLogger("job_runtime.control")
 
 MAX_BODY_BYTES = 64 * 1024
+REQUEST_TIMEOUT_SECONDS = 10.0
+MAX_CONNECTIONS = 16
+_BUSY_BODY = b'{"error": "too many open connections"}\n'
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nRetry-After: 1\r\n"
+    + f"Content-Length: {len(_BUSY_BODY)}\r\n\r\n".encode()
+    + _BUSY_BODY
+)
 
 
 class ControlError(Exception):
@@ -88,15 +109,48 @@ def authorized(header: str | None, token: str) -> bool:
     return hmac.compare_digest(given.strip().encode(), token.encode())
 
 
+class _DeadlineReader(io.RawIOBase):
+    """The connection's read side with a deadline per request, not per recv: a client
+    dribbling a byte at a time is dropped as surely as one that sends nothing."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self._sock = sock
+        self.deadline = float("inf")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("request not received in time")
+        self._sock.settimeout(remaining)
+        return self._sock.recv_into(buffer)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: "_Server"
     protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the stdlib's reader, replaced by one that keeps the deadline
+        self._reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self) -> None:
+        # The clock starts when the connection is ready for a request: idle keep-alive
+        # time counts. The stdlib closes the connection on TimeoutError.
+        self._reader.deadline = time.monotonic() + self.server.request_timeout
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("served request client=%s %s", self.client_address[0], format % args)
 
     def _send(self, status: HTTPStatus, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
+        self.connection.settimeout(self.server.request_timeout)  # a client that stops reading is dropped too
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -119,8 +173,13 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
     def _body(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
+        raw_length = self.headers.get("Content-Length") or "0"
+        if not raw_length.strip().isdigit():
+            self.close_connection = True
+            raise ControlError(HTTPStatus.BAD_REQUEST, f"Content-Length: not a byte count: {raw_length[:40]!r}")
+        length = int(raw_length)
         if length > MAX_BODY_BYTES:
+            self.close_connection = True  # the body is not read: the connection cannot serve another request
             raise ControlError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
         raw = self.rfile.read(length) if length else b""
         if not raw.strip():
@@ -165,6 +224,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(HTTPStatus.ACCEPTED, controller.request_stop())
             else:
                 raise ControlError(HTTPStatus.NOT_FOUND, f"no route {method} {path}")
+        except TimeoutError:
+            self.close_connection = True
+            log.warning("dropped slow request client=%s method=%s path=%s", self.client_address[0], method, path)
         except ControlError as err:
             self._send(err.status, {"error": err.message})
         except Exception as err:  # the endpoint must outlive a bad request
@@ -188,22 +250,54 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], controller: Controller, token_file: Path) -> None:
+    def __init__(
+        self, address: tuple[str, int], controller: Controller, token_file: Path, request_timeout: float, max_connections: int
+    ) -> None:
         if ":" in address[0]:
-            import socket
-
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
         self.controller = controller
         self.token_file = token_file
+        self.request_timeout = request_timeout
+        self._slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("refused connection client=%s reason=too many open connections", client_address[0])
+            try:
+                request.settimeout(1.0)
+                request.sendall(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class ControlServer:
     """The control endpoint, serving from a daemon thread until `close()`."""
 
-    def __init__(self, address: str, token_file: Path, controller: Controller) -> None:
+    def __init__(
+        self,
+        address: str,
+        token_file: Path,
+        controller: Controller,
+        *,
+        request_timeout: float = REQUEST_TIMEOUT_SECONDS,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         read_token(token_file)  # fail at start, not at the first request
-        self._server = _Server(parse_address(address), controller, token_file)
+        self._server = _Server(parse_address(address), controller, token_file, request_timeout, max_connections)
         self._thread = threading.Thread(target=self._server.serve_forever, name="control-endpoint", daemon=True)
 
     @property

@@ -47,7 +47,8 @@ from job_runtime.control import ControlError
 from job_runtime.exitcodes import ExitCode
 from job_runtime.jobdef import JobDefinition, JobDefinitionError
 from job_runtime.pinning import StateIncompatibleError, check_state_partitions
-from job_runtime.s3 import LocationError, S3Config, parse_location
+from job_runtime.s3 import LocationError, S3Config
+from job_runtime.savepoint_target import SavepointPathError, confine
 from job_runtime.settings import RuntimeSettings
 from job_runtime.status import LateRowsTotal, RunState, SavepointState, progress_fields
 
@@ -199,9 +200,10 @@ class Runner:
                 )
             target = path or self._default_savepoint_path()
             try:
-                parse_location(target)
-            except LocationError as err:
-                raise ControlError(HTTPStatus.BAD_REQUEST, f"body.path: {err}") from None
+                confine(target, self.settings.savepoint_location, self.settings.checkpoint_location)
+            except SavepointPathError as err:
+                log.warning("refused savepoint request job=%s reason=%s", self.settings.job_id, err)
+                raise ControlError(HTTPStatus.BAD_REQUEST, str(err)) from None
             record = SavepointRecord(id=uuid.uuid4().hex[:12], path=target, stop=stop)
             self._active_savepoint = record
             self._remember(record)

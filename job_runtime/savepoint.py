@@ -8,6 +8,12 @@ partition count needs Spark, and receives the session from its caller.
 
 A savepoint is a directory: the checkpoint files at their checkpoint-relative paths
 plus ``_savepoint.json``, the manifest, written last. No manifest, no savepoint.
+
+Data safety: a writer first claims an empty target with an in-progress marker
+(``_streamjob_savepoint_in_progress.json``), and only a target holding that marker
+(an incomplete savepoint of ours) is ever cleaned or overwritten. A target with a
+manifest (a completed savepoint) or with any other file is refused, nothing
+deleted. ``delete_savepoint`` deletes only what a valid manifest lists.
 Bytes are moved by the object store where possible: S3 to S3 is a server-side copy
 (``copy_object`` with ``ChecksumAlgorithm=SHA256``, the store hashing what it
 copied; boto3's managed multipart copy for big files); local to S3 goes through
@@ -21,6 +27,7 @@ import base64
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,6 +45,10 @@ log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "_savepoint.json"
 RESTORE_MARKER = "_streamjob_restore.json"
+# Written first by a savepoint writer, removed after the manifest: "an incomplete savepoint of ours".
+IN_PROGRESS_MARKER = "_streamjob_savepoint_in_progress.json"
+# Written by delete_savepoint before the manifest goes (a copy of it), so an interrupted delete can resume.
+DELETING_MARKER = "_streamjob_savepoint_deleting.json"
 FORMAT_VERSION: Literal[1] = 1
 _CHUNK = 8 * 1024 * 1024
 # Above this, copies and uploads are multipart: parallel parts, but no full-object SHA-256
@@ -87,6 +98,10 @@ class RestoreTargetNotEmptyError(SavepointError):
 
 class CheckpointSourceError(SavepointError):
     """The checkpoint to copy has no committed batch, or is missing a required file."""
+
+
+class SavepointTargetNotEmptyError(SavepointError):
+    """The savepoint target holds a completed savepoint or files that are not ours; nothing is deleted."""
 
 
 # ---- the manifest ------------------------------------------------------------------------
@@ -417,9 +432,13 @@ def write_savepoint(
     files of later batches are left out (``checkpoint.include_in_snapshot``).
     ``state_partitions`` defaults to the count pinned in ``offsets/<batch_id>``; a
     different explicit value is refused. ``watermark_ms`` defaults to the
-    ``nextBatchWatermarkMs`` in ``commits/<batch_id>``. Re-running to the same URI
-    replaces the savepoint: its manifest is removed first, stale files after the
-    copy, and the new manifest written last.
+    ``nextBatchWatermarkMs`` in ``commits/<batch_id>``.
+
+    The target must be empty (it is claimed with ``IN_PROGRESS_MARKER`` before the
+    copy) or an incomplete savepoint of ours (the marker is there, no manifest): then
+    its stale files go after the copy. Anything else is refused with
+    ``SavepointTargetNotEmptyError`` and left as it was: a completed savepoint is never
+    overwritten, and files this module did not write are never deleted.
     """
     src_loc = parse_location(checkpoint_location)
     dst_loc = parse_location(savepoint_uri)
@@ -458,10 +477,10 @@ def write_savepoint(
     if watermark_ms is None:
         watermark_ms = ckpt.parse_commit_log(src.read_bytes(f"commits/{batch_id}").decode("utf-8", "replace"))
 
-    dst.delete([MANIFEST_NAME])
+    _claim_target(dst, savepoint_uri, job_namespace, job_name)
     digests = _Transfer(src, dst, config, client, "savepoint").run(files)
-    keep = {f.path for f in files}
-    stale = [f.path for f in dst.list() if f.path not in keep and f.path != MANIFEST_NAME]
+    keep = {f.path for f in files} | {IN_PROGRESS_MARKER}
+    stale = [f.path for f in dst.list() if f.path not in keep]
     if stale:
         dst.delete(stale)
     manifest = build_manifest(
@@ -478,11 +497,34 @@ def write_savepoint(
         files=((f.path, f.size, digests[f.path]) for f in files),
     )
     dst.write_bytes(MANIFEST_NAME, manifest.to_json(), content_type="application/json")
+    dst.delete([IN_PROGRESS_MARKER])
     log.info(
         "Wrote savepoint uri=%s job=%s/%s batch_id=%d files=%d bytes=%d stale_removed=%d",
         savepoint_uri, job_namespace, job_name, batch_id, len(files), manifest.total_bytes, len(stale),
     )
     return manifest
+
+
+def _claim_target(dst: Store, uri: str, job_namespace: str, job_name: str) -> None:
+    """Makes ``dst`` ours before a byte is copied, or refuses (``SavepointTargetNotEmptyError``)."""
+    if dst.exists(MANIFEST_NAME):
+        raise SavepointTargetNotEmptyError(
+            uri, f"holds a completed savepoint ({MANIFEST_NAME}): a savepoint is never overwritten; "
+            "delete it first or choose another path"
+        )
+    marker = json.dumps({"job": f"{job_namespace}/{job_name}", "started_at": datetime.now(timezone.utc).isoformat()}).encode()
+    if dst.exists(IN_PROGRESS_MARKER):
+        log.warning("Rewriting incomplete savepoint uri=%s", uri)
+        dst.write_bytes(IN_PROGRESS_MARKER, marker, content_type="application/json")
+        return
+    foreign = next(iter(dst.list()), None)
+    if foreign is not None:
+        raise SavepointTargetNotEmptyError(
+            uri, f"holds files that are not a savepoint in progress of ours (first: {foreign.path}): "
+            "refusing to write here; nothing was deleted"
+        )
+    if not dst.create_exclusive(IN_PROGRESS_MARKER, marker):
+        raise SavepointTargetNotEmptyError(uri, "another savepoint writer claimed this target at the same moment")
 
 
 def _read_manifest(store: Store, uri: str) -> Manifest:
@@ -530,14 +572,51 @@ def list_savepoints(prefix: str, *, s3_config: S3Config | None = None) -> list[S
 
 def delete_savepoint(uri: str, *, s3_config: S3Config | None = None) -> int:
     """Deletes a savepoint: the manifest first (so a half-deleted one is never taken for
-    complete), then every other file. Returns how many files were deleted."""
+    complete), then the files it lists, and nothing else. Returns how many files went.
+
+    Refused (``SavepointNotFoundError``, ``ManifestInvalidError``) unless ``uri`` holds a
+    valid manifest: a checkpoint, a prefix of savepoints or a foreign directory is never
+    deleted. A copy of the manifest (``DELETING_MARKER``) is written before the manifest
+    goes, so a delete that was interrupted is finished by running it again. Files the
+    manifest does not list stay, and are logged.
+    """
     loc = parse_location(uri)
     _, client = _client_for(loc, s3_config=s3_config)
     store = Store(loc, client)
+    try:
+        data = store.read_bytes(MANIFEST_NAME)
+    except FileNotFoundError:
+        try:
+            data = store.read_bytes(DELETING_MARKER)
+        except FileNotFoundError as exc:
+            raise SavepointNotFoundError(
+                uri, f"no {MANIFEST_NAME}: not a completed savepoint, refusing to delete anything here"
+            ) from exc
+        log.warning("Resuming interrupted delete uri=%s", uri)
+    manifest = parse_manifest(uri, data)
+    store.write_bytes(DELETING_MARKER, data, content_type="application/json")
     store.delete([MANIFEST_NAME])
-    count = store.delete_all()
-    log.info("Deleted savepoint uri=%s files=%d", uri, count + 1)
-    return count + 1
+    listed = [f.path for f in manifest.files]
+    store.delete([*listed, IN_PROGRESS_MARKER])
+    store.delete([DELETING_MARKER])
+    if loc.scheme == "file":
+        _remove_empty_dirs(Path(loc.path))
+    left = [f.path for f in store.list()]
+    if left:
+        log.warning("Kept files the manifest does not list uri=%s files=%d first=%s", uri, len(left), left[0])
+    log.info("Deleted savepoint uri=%s files=%d", uri, len(listed) + 1)
+    return len(listed) + 1
+
+
+def _remove_empty_dirs(root: Path) -> None:
+    """Removes the empty directories below ``root`` and ``root`` itself if empty; never a file."""
+    if not root.is_dir():
+        return
+    for dirpath, _dirnames, _files in sorted(os.walk(root), key=lambda t: -len(t[0])):
+        try:
+            os.rmdir(dirpath)
+        except OSError:  # not empty: something the manifest did not list
+            pass
 
 
 def _check_partitions(uri: str, manifest: Manifest, expected: int | None) -> None:
@@ -754,6 +833,7 @@ __all__ = [
     "SavepointFileSizeError",
     "SavepointNotFoundError",
     "SavepointSummary",
+    "SavepointTargetNotEmptyError",
     "StatePartitionMismatchError",
     "build_manifest",
     "delete_savepoint",

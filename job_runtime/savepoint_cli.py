@@ -6,6 +6,10 @@ over ``job_runtime.savepoint`` and ``job_runtime.checkpoint``. S3 settings come 
 flags or the usual environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``). Exit codes: 0 done, 3 refused (the
 message on stderr says what is wrong and where), 2 bad usage, 1 unexpected failure.
+
+The destructive commands ask first: ``delete`` (and ``restore`` when the target
+holds files it would remove) prompt on a terminal, and need ``--yes`` otherwise;
+without either they are refused (exit 3) with nothing changed.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from job_runtime import checkpoint as ckpt
 from job_runtime import savepoint as sp
-from job_runtime.s3 import LocationError, S3Config
+from job_runtime.s3 import LocationError, S3Config, Store, parse_location
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -70,9 +74,36 @@ def _parser() -> argparse.ArgumentParser:
         help="if --partitions differs, start a local Spark session for the offline state repartition",
     )
     p.add_argument("--drop-planned-batch", action="store_true", help="see restore_savepoint: needed to repartition some savepoints")
-    p = sub.add_parser("delete", help="delete a savepoint (manifest first)")
+    p.add_argument("-y", "--yes", action="store_true", help="remove uncommitted files in the target without asking")
+    p = sub.add_parser("delete", help="delete a savepoint (manifest first, then the files it lists; needs a manifest)")
     p.add_argument("uri")
+    p.add_argument("-y", "--yes", action="store_true", help="delete without asking (needed when not on a terminal)")
     return parser
+
+
+class NotConfirmedError(Exception):
+    """A destructive command was not confirmed: no terminal to ask on and no --yes, or the answer was no."""
+
+
+def _confirm(args: argparse.Namespace, question: str) -> None:
+    """Returns when confirmed (``--yes`` or 'y' on a terminal); raises ``NotConfirmedError`` otherwise."""
+    if args.yes:
+        return
+    if not sys.stdin.isatty():
+        raise NotConfirmedError(f"{question}: not confirmed: pass --yes to confirm when not on a terminal; nothing was changed")
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        raise NotConfirmedError(f"{question}: not confirmed; nothing was changed")
+
+
+def _restore_leftovers(checkpoint: str, s3: S3Config) -> int:
+    """How many files ``restore`` would remove from the target (see restore_savepoint)."""
+    loc = parse_location(checkpoint)
+    store = Store(loc, s3.client() if loc.scheme == "s3" else None)
+    paths = [f.path for f in store.list()]
+    if ckpt.committed_batches(paths) and sp.RESTORE_MARKER not in paths:
+        return 0  # restore_savepoint refuses this target without touching it
+    return sum(1 for p in paths if not p.startswith(ckpt.RUNTIME_FILES_PREFIX))
 
 
 def _s3_config(args: argparse.Namespace) -> S3Config:
@@ -152,6 +183,9 @@ def _run(args: argparse.Namespace) -> Any:
         )
         return json.loads(m.model_dump_json()), _manifest_text(m, args.uri)
     if args.command == "restore":
+        leftovers = _restore_leftovers(args.checkpoint, s3)
+        if leftovers:
+            _confirm(args, f"restore {args.uri} into {args.checkpoint}, removing the {leftovers} file(s) there that hold no committed batch?")
         spark = None
         if args.repartition:
             current = sp.inspect_savepoint(args.uri, s3_config=s3)
@@ -166,6 +200,8 @@ def _run(args: argparse.Namespace) -> Any:
             f"restored {args.uri} (batch {m.batch_id}) to {args.checkpoint}"
         )
     if args.command == "delete":
+        manifest = sp.inspect_savepoint(args.uri, s3_config=s3)  # refused before asking when there is no savepoint
+        _confirm(args, f"delete savepoint {args.uri} ({len(manifest.files) + 1} files, batch {manifest.batch_id})?")
         count = sp.delete_savepoint(args.uri, s3_config=s3)
         return {"uri": args.uri, "deleted_files": count}, f"deleted {args.uri} ({count} files)"
     raise AssertionError(f"unhandled command {args.command}")
@@ -179,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         value, text = _run(args)
-    except (sp.SavepointError, ckpt.CheckpointError, LocationError) as exc:
+    except (sp.SavepointError, ckpt.CheckpointError, LocationError, NotConfirmedError) as exc:
         print(f"refused: {exc}", file=sys.stderr)
         if args.json:
             print(json.dumps({"error": str(exc), "kind": type(exc).__name__}))
