@@ -64,7 +64,10 @@ def test_sigkill_at_named_instants_then_exactly_once(
     assert len(keys) == len(set(keys)), "the input has no duplicates: the deduplication changes nothing"
     job = entrypoint_job("dedup_then_count", events.directory, out, tmp_path / "job.json")
     first_uid, second_uid = "uid-first-1111", "uid-second-2222"
-    args1 = run_args(job, ckpt1.as_uri(), trigger=SLOW_TRIGGER, extra=("--owner-uid", first_uid, *jvm_hook_args(pause_jar)))
+    args1 = run_args(
+        job, ckpt1.as_uri(), trigger=SLOW_TRIGGER,
+        extra=("--owner-uid", first_uid, "--savepoint-location", tmp_path.as_uri(), *jvm_hook_args(pause_jar)),
+    )
     runs = tmp_path / "runs"
 
     def start(*points: PausePoint, args: list[str] = args1) -> RuntimeProcess:

@@ -63,7 +63,9 @@ class Chain:
         self.kills: list[dict[str, Any]] = []
 
     def args(self, trigger: str = TRIGGER) -> list[str]:
-        extra: tuple[str, ...] = ("--owner-uid", "uid-random-kills", *jvm_hook_args(self.jar))
+        extra: tuple[str, ...] = (
+            "--owner-uid", "uid-random-kills", "--savepoint-location", self.tmp_path.as_uri(), *jvm_hook_args(self.jar)
+        )
         if self.restore_from:
             extra += ("--restore-from", self.restore_from)
         return run_args(self.job, self.ckpt.as_uri(), trigger=trigger, extra=extra)

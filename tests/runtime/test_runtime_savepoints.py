@@ -50,7 +50,8 @@ def test_stop_with_savepoint_then_restore_in_a_new_process(events: Input, proces
     first.wait_for("a committed batch", lambda s: (s["latestCompletedBatch"] or -1) >= 1)
 
     # A savepoint that cannot be written: the job must keep running from its checkpoint.
-    blocker = tmp_path / "not-a-directory"
+    savepoints.mkdir()
+    blocker = savepoints / "not-a-directory"  # inside the savepoint location: accepted, then fails to write
     blocker.write_text("")
     code, accepted = first.request("POST", "/savepoints", {"path": (blocker / "sp").as_uri(), "stop": True})
     assert code == 202, accepted
@@ -83,7 +84,10 @@ def test_savepoint_while_running_restores_consistently(events: Input, processes:
     out1, out2 = tmp_path / "out1", tmp_path / "out2"
     first = RuntimeProcess(
         tmp_path / "first",
-        run_args(example_job("session", events.directory, out1, tmp_path / "job1.json"), (tmp_path / "ckpt1").as_uri(), trigger=SLOW_TRIGGER),
+        run_args(
+            example_job("session", events.directory, out1, tmp_path / "job1.json"), (tmp_path / "ckpt1").as_uri(),
+            trigger=SLOW_TRIGGER, extra=("--savepoint-location", tmp_path.as_uri()),
+        ),
         label="first",
     )
     processes.append(first.start())

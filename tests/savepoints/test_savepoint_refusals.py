@@ -213,6 +213,6 @@ def test_cli(real_checkpoint: RealCheckpoint, s3_config: S3Config, s3_client: An
     again = _cli(s3_config, "restore", f"{s3_prefix}/sp", f"file://{tmp_path / 'cp'}", "--partitions", "3")
     assert again.returncode == 3 and "already holds committed batches up to 3" in again.stderr
 
-    assert _cli(s3_config, "delete", f"{s3_prefix}/sp").returncode == 0
+    assert _cli(s3_config, "delete", "--yes", f"{s3_prefix}/sp").returncode == 0
     gone = _cli(s3_config, "inspect", f"{s3_prefix}/sp")
     assert gone.returncode == 3 and "no _savepoint.json" in gone.stderr

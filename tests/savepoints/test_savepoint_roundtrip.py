@@ -130,18 +130,6 @@ def test_restore_to_s3a_is_identical_resumes_and_copies_server_side(
     assert ckpt.latest_completed_batch(target, s3=s3_config) == 4
 
 
-def test_rewriting_a_savepoint_replaces_it_cleanly(
-    real_checkpoint: RealCheckpoint, s3_config: S3Config, s3_client: Any, s3_prefix: str
-) -> None:
-    sp.write_savepoint(real_checkpoint.uri, s3_prefix, s3_config=s3_config, **JOB)
-    older = sp.write_savepoint(real_checkpoint.uri, s3_prefix, batch_id=1, s3_config=s3_config, **JOB)
-
-    assert sp.validate_savepoint(s3_prefix, s3_config=s3_config).batch_id == 1
-    stored = set(s3_digests(s3_client, s3_prefix))
-    assert stored == {f.path for f in older.files} | {sp.MANIFEST_NAME}
-    assert "commits/3" not in stored and "commits/1" in stored and "offsets/2" in stored
-
-
 def test_savepoints_of_a_running_query_restore_consistently(
     spark: Any, tmp_path: Path, s3_config: S3Config, s3_prefix: str
 ) -> None:
