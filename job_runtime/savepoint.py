@@ -576,7 +576,7 @@ def delete_savepoint(uri: str, *, s3_config: S3Config | None = None) -> int:
 
     Refused (``SavepointNotFoundError``, ``ManifestInvalidError``) unless ``uri`` holds a
     valid manifest: a checkpoint, a prefix of savepoints or a foreign directory is never
-    deleted. A copy of the manifest (``DELETING_MARKER``) is written before the manifest
+    deleted. Nothing at all at ``uri`` (deleted already) is a no-op returning 0. A copy of the manifest (``DELETING_MARKER``) is written before the manifest
     goes, so a delete that was interrupted is finished by running it again. Files the
     manifest does not list stay, and are logged.
     """
@@ -589,6 +589,9 @@ def delete_savepoint(uri: str, *, s3_config: S3Config | None = None) -> int:
         try:
             data = store.read_bytes(DELETING_MARKER)
         except FileNotFoundError as exc:
+            if next(iter(store.list()), None) is None:
+                log.info("Deleted savepoint uri=%s files=0 reason=nothing there (deleted already)", uri)
+                return 0
             raise SavepointNotFoundError(
                 uri, f"no {MANIFEST_NAME}: not a completed savepoint, refusing to delete anything here"
             ) from exc

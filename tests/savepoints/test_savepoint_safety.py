@@ -130,13 +130,14 @@ def test_delete_needs_a_manifest_and_refuses_checkpoints_and_prefixes(
     sp.write_savepoint(real_checkpoint.uri, f"{base}/savepoints/sp-a", s3_config=s3_config, **JOB)
     everything = contents(base, s3_config)
 
-    for uri in (f"{base}/checkpoints/run-1", f"{base}/savepoints", base, f"{base}/nothing-here"):
+    for uri in (f"{base}/checkpoints/run-1", f"{base}/savepoints", base):
         with pytest.raises(sp.SavepointNotFoundError) as info:
             sp.delete_savepoint(uri, s3_config=s3_config)
         assert str(info.value) == f"{uri}: no _savepoint.json: not a completed savepoint, refusing to delete anything here"
     store(f"{base}/bad", s3_config).write_bytes(sp.MANIFEST_NAME, b"{not json")
     with pytest.raises(sp.ManifestInvalidError):
         sp.delete_savepoint(f"{base}/bad", s3_config=s3_config)
+    assert sp.delete_savepoint(f"{base}/nothing-here", s3_config=s3_config) == 0  # deleted already: a no-op
     assert {p: b for p, b in contents(base, s3_config).items() if not p.startswith("bad/")} == everything
     sp.validate_savepoint(f"{base}/savepoints/sp-a", s3_config=s3_config)
 
