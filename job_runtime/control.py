@@ -13,14 +13,15 @@ constant time; anything else gets 401):
     GET  /status                200 query and progress figures (see Runner.status)
     POST /savepoints            body {"path": optional str, "stop": bool}
                                 202 {"id", "path"}; 409 when one is in progress;
-                                400 when no path and no default savepoint location
+                                400 naming the path when it is not below the
+                                job's savepoint location (or there is none)
     GET  /savepoints            200 {"savepoints": [...]} (most recent last, bounded)
     GET  /savepoints/<id>       200 {"id", "state": IN_PROGRESS|COMPLETED|FAILED,
                                      "path", "batchId", "stop", "error"}; 404 unknown id
     POST /stop                  202 {"state": "STOPPING"}: stop without savepoint, exit 11
 
-A savepoint path is confined to the job's savepoint location (400 naming the path
-otherwise; see job_runtime.savepoint_target).
+The confinement rule is job_runtime.savepoint_target's; the writer refuses a
+target holding anything but an incomplete savepoint of ours (job_runtime.savepoint).
 
 Held connections: every request (request line, headers and body) must arrive
 within `request_timeout` seconds of the connection being ready for it, whether

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import pty
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -163,17 +164,21 @@ def test_delete_removes_only_what_the_manifest_lists_and_resumes(
         assert not Path(parse_location(other).path).exists(), "empty directories were left behind"
 
 
-def _cli(s3_config: S3Config, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
+def _cli_env(s3_config: S3Config) -> dict[str, str]:
+    return {
         **os.environ,
         "AWS_ENDPOINT_URL": s3_config.endpoint_url or "",
         "AWS_ACCESS_KEY_ID": s3_config.access_key_id or "",
         "AWS_SECRET_ACCESS_KEY": s3_config.secret_access_key or "",
         "AWS_REGION": s3_config.region or "us-east-1",
     }
+
+
+def _cli(s3_config: S3Config, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as a script runs it: stdin is not a terminal."""
     return subprocess.run(
         [sys.executable, "-m", "job_runtime.savepoint_cli", *args],
-        env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        env=_cli_env(s3_config), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )
 
 
@@ -215,3 +220,29 @@ def test_cli_restore_asks_before_removing_files_in_the_target(
     done = _cli(s3_config, "restore", "--yes", s3_savepoint, target.as_uri(), "--partitions", "3")
     assert done.returncode == 0, done.stderr
     assert (target / "commits" / "3").exists()
+
+
+def _cli_on_a_terminal(s3_config: S3Config, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI with a pseudo-terminal as stdin, answering the prompt with `answer`."""
+    master, slave = pty.openpty()
+    try:
+        os.write(master, answer.encode() + b"\n")
+        return subprocess.run(
+            [sys.executable, "-m", "job_runtime.savepoint_cli", *args],
+            env=_cli_env(s3_config), capture_output=True, text=True, timeout=120, stdin=slave,
+        )
+    finally:
+        os.close(slave)
+        os.close(master)
+
+
+def test_cli_delete_asks_on_a_terminal(s3_config: S3Config, s3_savepoint: str) -> None:
+    declined = _cli_on_a_terminal(s3_config, "n", "delete", s3_savepoint)
+    assert declined.returncode == 3, declined
+    assert f"delete savepoint {s3_savepoint} (" in declined.stderr and "[y/N]" in declined.stderr
+    assert "not confirmed; nothing was changed" in declined.stderr
+    sp.validate_savepoint(s3_savepoint, s3_config=s3_config)
+
+    accepted = _cli_on_a_terminal(s3_config, "y", "delete", s3_savepoint)
+    assert accepted.returncode == 0, accepted.stderr
+    assert contents(s3_savepoint, s3_config) == {}
