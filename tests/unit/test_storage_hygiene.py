@@ -14,6 +14,7 @@ import pytest
 from job_runtime import hygiene
 from job_runtime.hygiene import RunDirFacts, RunLayout, SavepointDirFacts
 from streamjob_operator.reconcile import names
+from streamjob_operator.reconcile.decide import spec_json
 
 UID = "3f0c2a9e-1111-2222-3333-444455556666"
 OTHER_UID = "9d1e7b2c-aaaa-bbbb-cccc-ddddeeeeffff"
@@ -155,3 +156,39 @@ def test_the_same_place_whatever_the_s3_spelling() -> None:
     assert hygiene.same_place("s3://b/sp/x", "s3a://b/sp/x/")
     assert not hygiene.same_place("s3://b/sp/x", "s3://b/sp/xy")
     assert not hygiene.same_place("s3://b/sp/x", "not a location")
+
+
+# ---- the operator shows what the driver pruned ----------------------------------------------------
+
+
+def test_the_drivers_storage_report_reaches_status_job_storage() -> None:
+    from datetime import datetime as dt
+
+    from streamjob_operator.api.spec import parse_spec
+    from streamjob_operator.api.status import LifecycleState, StreamJobStatus
+    from streamjob_operator.reconcile.decide import decide
+    from streamjob_operator.reconcile.model import DriverPod, Observations, PodPhase
+    from streamjob_operator.reconcile.observe import job_progress, storage_report
+
+    body = {"state": "RUNNING", "lastBatchId": 5, "latestCompletedBatch": 5,
+            "storage": {"passes": 2, "prunedRunDirs": 1, "prunedSavepointDirs": 3, "lastPassAt": "2026-01-02T12:00:00Z",
+                        "lastError": "savepoint directories: ClientError: " + "x" * 5000}}
+    progress = job_progress(body)
+    assert progress.storage is not None and (progress.storage.pruned_run_dirs, progress.storage.pruned_savepoint_dirs) == (1, 3)
+    assert job_progress({"state": "RUNNING"}).storage is None  # an older runtime has no report
+    assert storage_report({"passes": "2", "prunedRunDirs": -1, "prunedSavepointDirs": True}) == storage_report({})
+
+    spec = parse_spec({"image": "i", "job": {"entrypoint": "m:f"}, "checkpoint": {"location": "s3a://b/ck"}})
+    text = spec_json(spec)
+    status = StreamJobStatus().model_copy(update=dict(
+        state=LifecycleState.running, ready=True, driver_pod="orders-driver-2", driver_epoch=2,
+        checkpoint_location=f"s3a://b/ck/orders-{UID[:8]}/run-2", last_reconciled_spec=text, last_stable_spec=text,
+        deployed_at="2026-01-02T11:00:00Z"))
+    observed = Observations(name="orders", namespace="team-a", uid=UID, drivers=(DriverPod("orders-driver-2", PodPhase.running),),
+                            job=progress)
+    job = decide(spec, status, observed, dt(2026, 1, 2, 12, 0, 5, tzinfo=timezone.utc)).status.job
+    assert job is not None and job.storage is not None
+    dumped = job.storage.model_dump(by_alias=True)
+    assert {k: dumped[k] for k in ("passes", "prunedRunDirs", "prunedSavepointDirs", "lastPassAt")} == {
+        "passes": 2, "prunedRunDirs": 1, "prunedSavepointDirs": 3, "lastPassAt": "2026-01-02T12:00:00Z"}
+    assert len(dumped["lastError"]) <= 1024 and dumped["lastError"].startswith("savepoint directories: ClientError")
