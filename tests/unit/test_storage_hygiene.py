@@ -192,3 +192,39 @@ def test_the_drivers_storage_report_reaches_status_job_storage() -> None:
     assert {k: dumped[k] for k in ("passes", "prunedRunDirs", "prunedSavepointDirs", "lastPassAt")} == {
         "passes": 2, "prunedRunDirs": 1, "prunedSavepointDirs": 3, "lastPassAt": "2026-01-02T12:00:00Z"}
     assert len(dumped["lastError"]) <= 1024 and dumped["lastError"].startswith("savepoint directories: ClientError")
+
+
+# ---- what the pruning relies on: the operator never goes back to an older run directory ---------------
+
+
+@pytest.mark.parametrize("kind", ["rollback", "restart", "upgrade", "resume", "deploy"])
+@pytest.mark.parametrize("mode", ["savepoint", "last-state", "stateless"])
+def test_the_next_driver_never_gets_an_older_run_directory(kind: str, mode: str) -> None:
+    """Whatever the operation and restore mode, the next driver's checkpoint is the current one or a new, higher
+    run-<epoch>: so a driver that has committed in run-N never leaves anyone in need of run-M, M < N."""
+    from streamjob_operator.api.spec import parse_spec
+    from streamjob_operator.api.status import LifecycleState, Operation, StreamJobStatus
+    from streamjob_operator.reconcile.decide import decide
+    from streamjob_operator.reconcile.model import CreateDriver, Observations
+
+    base = "s3a://b/ck"
+    spec = parse_spec({"image": "i", "job": {"entrypoint": "m:f"}, "checkpoint": {"location": base},
+                       "savepoint": {"location": "s3://b/sp"}})
+    text = spec_json(spec)
+    current = names.checkpoint_location(base, "orders", UID, 4)  # run-4, while the epoch is already 6
+    status = StreamJobStatus().model_copy(update=dict(
+        state=LifecycleState.upgrading, driver_pod="orders-driver-6", driver_epoch=6, checkpoint_location=current,
+        restored_from="s3://b/sp/orders-x-upgrade", last_reconciled_spec=text, last_stable_spec=text,
+        operation=Operation(kind=kind, phase="Stopping", restore_mode=mode, target_spec_hash="h",
+                            savepoint_path="s3://b/sp/orders-x-upgrade" if mode == "savepoint" else None),
+    ))
+    decision = decide(spec, status, Observations(name="orders", namespace="team-a", uid=UID),
+                      datetime(2026, 1, 2, 12, 0, tzinfo=timezone.utc))
+    created = [a for a in decision.actions if isinstance(a, CreateDriver)]
+    assert len(created) == 1, decision
+    layout = hygiene.run_layout(created[0].checkpoint_location, name="orders", uid=UID)
+    assert layout is not None and layout.owner_prefix == current.rsplit("/", 1)[0]
+    if mode == "last-state":
+        assert created[0].checkpoint_location == current
+    else:
+        assert layout.run == 7, created[0]
