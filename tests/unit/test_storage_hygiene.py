@@ -228,3 +228,24 @@ def test_the_next_driver_never_gets_an_older_run_directory(kind: str, mode: str)
         assert created[0].checkpoint_location == current
     else:
         assert layout.run == 7, created[0]
+
+
+# ---- the runtime's options ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "field"),
+    [("--savepoint-timeout-seconds", "0", "savepoint_timeout_seconds"), ("--savepoint-timeout-seconds", "nan", "savepoint_timeout_seconds"),
+     ("--hygiene-interval-seconds", "-5", "hygiene_interval_seconds")],
+)
+def test_bad_hygiene_options_are_refused_naming_the_option(option: str, value: str, field: str) -> None:
+    from job_runtime.main import build_parser, settings_from_args
+    from job_runtime.settings import SettingsError
+
+    args = build_parser().parse_args(["run", "--job", "j.json", "--name", "n", "--namespace", "ns", "--checkpoint",
+                                      "s3a://b/ck", "--state-partitions", "2", "--token-file", "t", option, value])
+    with pytest.raises(SettingsError, match=f"^{option}: must be > 0"):
+        settings_from_args(args, "hash")
+    good = build_parser().parse_args(["run", "--job", "j.json", "--name", "n", "--namespace", "ns", "--checkpoint",
+                                      "s3a://b/ck", "--state-partitions", "2", "--token-file", "t", option, "30"])
+    assert getattr(settings_from_args(good, "hash"), field) == 30.0
