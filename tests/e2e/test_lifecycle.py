@@ -74,6 +74,9 @@ def test_a_job_runs_restarts_upgrades_suspends_resumes_and_is_deleted_with_a_sav
     wait_for(lambda: s3.list_objects_v2(Bucket="streamjob", Prefix=f"{old}/").get("KeyCount", 0) == 0, 120,
              f"the superseded checkpoint {old} to be pruned")
     assert s3.list_objects_v2(Bucket="streamjob", Prefix=f"{new}/commits/").get("KeyCount", 0) > 0, new
+    pruned = jobs.wait("life", "status.job.storage to show it",
+                       lambda st: (((st.get("job") or {}).get("storage") or {}).get("prunedRunDirs") or 0) >= 1)
+    assert not pruned["job"]["storage"].get("lastError"), pruned["job"]["storage"]
 
     # suspend: savepoint, no driver; resume: restores it
     jobs.patch("life", {"state": "suspended"})
