@@ -212,7 +212,9 @@ def runtime_args(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout
     if spec.allow_non_restored_state:
         args.append("--allow-non-restored-state")
     if spec.savepoint is not None:
-        args += ["--savepoint-location", spec.savepoint.location]
+        # the timeout lets the driver prune this job's abandoned savepoint directories (job_runtime.hygiene)
+        args += ["--savepoint-location", spec.savepoint.location,
+                 "--savepoint-timeout-seconds", str(spec.savepoint.timeout_seconds)]
     if spec.s3 is not None:
         if spec.s3.endpoint:
             args += ["--s3-endpoint", spec.s3.endpoint]

@@ -38,6 +38,9 @@ def test_driver_pod_runs_the_runtime_as_main_process_with_a_client_mode_driver()
     assert runtime[0] == "run"
     assert runtime[runtime.index("--checkpoint") + 1] == "s3a://b/ck/run-3"
     assert runtime[runtime.index("--restore-from") + 1] == "s3://b/sp/team-a/wc/savepoint-x"
+    # the savepoint timeout lets the driver prune this job's abandoned savepoint directories (storage hygiene)
+    assert runtime[runtime.index("--savepoint-location") + 1 : runtime.index("--savepoint-location") + 4] == [
+        "s3://b/sp", "--savepoint-timeout-seconds", "600"]
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     assert pod["metadata"]["labels"]["streamjob.io/role"] == "driver"
     assert pod["spec"]["restartPolicy"] == "Never"
