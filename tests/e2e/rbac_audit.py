@@ -61,7 +61,8 @@ def requests(audit_log: Path, users: Iterable[str], since: datetime) -> list[Req
     found: list[Request] = []
     for line in audit_log.read_text().splitlines():
         event = json.loads(line)
-        if event.get("stage") != "ResponseComplete" or event["user"]["username"] not in wanted:
+        # a watch is logged when it starts (ResponseStarted) and again only when it ends
+        if event.get("stage") not in ("ResponseStarted", "ResponseComplete") or event["user"]["username"] not in wanted:
             continue
         ref = event.get("objectRef")
         if ref is None:  # discovery and other non-resource URLs: not governed by these rules

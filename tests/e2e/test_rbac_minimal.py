@@ -109,12 +109,14 @@ def test_every_rule_of_the_chart_and_driver_rbac_is_used_and_none_is_missing(
         granted = set(driver_perms)
         unused_perms = [p for p in unused(driver_perms, driver_reqs)] + [
             p for p in unused(operator_perms, operator_reqs) if p not in granted]
-        used = {**first_use(operator_perms, operator_reqs, steps), **first_use(driver_perms, driver_reqs, steps)}
+        used = {**{f"operator: {p}": s for p, s in first_use(operator_perms, operator_reqs, steps).items()},
+                **{f"driver: {p}": s for p, s in first_use(driver_perms, driver_reqs, steps).items()}}
         assert not unused_perms, (
             "rules no step of the lifecycle used (remove them):\n" + "\n".join(map(str, unused_perms))
             + "\nused:\n" + "\n".join(f"{p}: {s}" for p, s in sorted(used.items())))
         # the chart's streamjob-driver Role (driverServiceAccount.create) grants exactly what the operator's does
         assert _chart_driver_rules(testbed, namespace) == _normal(DRIVER_ROLE_RULES) == _normal(driver_rules)
+        print("first use of each permission:\n" + "\n".join(f"{p}: {s}" for p, s in sorted(used.items())))
     finally:
         helm(testbed, "uninstall", "streamjob", "--namespace", release_ns, "--wait", "--timeout", "120s")
         core.delete_namespace(release_ns)
