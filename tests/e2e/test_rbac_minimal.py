@@ -31,6 +31,7 @@ from testbed import TestBed
 from testbed.waiting import wait_for
 
 JOB = "least"
+OPERATOR = "streamjob-operator"  # the chart's ServiceAccount and Role names
 
 
 def _now() -> datetime:
@@ -62,7 +63,12 @@ def test_every_rule_of_the_chart_and_driver_rbac_is_used_and_none_is_missing(
     steps: list[tuple[str, datetime]] = [("install", _now())]
     helm(testbed, "install", "streamjob", str(REPO / "charts" / "streamjob"), "--namespace", release_ns, "--create-namespace",
          "--set", f"watchNamespaces={{{namespace}}}", "--set", "driverServiceAccount.create=false", "--wait", "--timeout", "240s")
+    operator_user = f"system:serviceaccount:{release_ns}:{OPERATOR}"
     try:
+        # the install step ends when the operator (past its Lease) watches StreamJobs
+        wait_for(lambda: any(q.verb == "watch" and q.resource == "streamjobs"
+                             for q in requests(testbed.audit_log, {operator_user}, steps[0][1])),
+                 120, "the operator watching StreamJobs (audit log)")
         steps.append(("deploy", _now()))
         jobs.apply(rate_job(JOB, testbed, prefix=f"rbac-{uuid.uuid4().hex[:6]}", executor={"instances": 1, "memory": "512m"}))
         jobs.wait(JOB, "ready with a completed batch",
@@ -88,7 +94,6 @@ def test_every_rule_of_the_chart_and_driver_rbac_is_used_and_none_is_missing(
         wait_for(lambda: _gone(jobs) and not core.list_namespaced_pod(namespace).items, 240, "job, driver and executors gone")
         end = _now()
 
-        operator_user = f"system:serviceaccount:{release_ns}:{_chart_name()}"
         namespace_users = {f"system:serviceaccount:{namespace}:{sa.metadata.name}"
                            for sa in core.list_namespaced_service_account(namespace).items}
         namespace_users.add(f"system:serviceaccount:{namespace}:{names.driver_service_account(JOB)}")  # deleted by now
@@ -102,9 +107,9 @@ def test_every_rule_of_the_chart_and_driver_rbac_is_used_and_none_is_missing(
         driver_reqs = [q for q in reqs if q.user != operator_user]
         driver_perms = permissions(driver_rules, namespace)
         operator_perms = (
-            permissions(rbac.read_namespaced_role(_chart_name(), namespace).rules, namespace)
-            + permissions(rbac.read_namespaced_role(f"{_chart_name()}-leader", release_ns).rules, release_ns)
-            + permissions(rbac.read_cluster_role(f"{_chart_name()}-{release_ns}-crds").rules, "*")
+            permissions(rbac.read_namespaced_role(OPERATOR, namespace).rules, namespace)
+            + permissions(rbac.read_namespaced_role(f"{OPERATOR}-leader", release_ns).rules, release_ns)
+            + permissions(rbac.read_cluster_role(f"{OPERATOR}-{release_ns}-crds").rules, "*")
         )
         granted = set(driver_perms)
         unused_perms = [p for p in unused(driver_perms, driver_reqs)] + [
@@ -120,10 +125,6 @@ def test_every_rule_of_the_chart_and_driver_rbac_is_used_and_none_is_missing(
     finally:
         helm(testbed, "uninstall", "streamjob", "--namespace", release_ns, "--wait", "--timeout", "120s")
         core.delete_namespace(release_ns)
-
-
-def _chart_name() -> str:
-    return "streamjob-operator"
 
 
 def _normal(rules: list[Any]) -> set[Permission]:
