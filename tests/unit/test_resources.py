@@ -58,8 +58,11 @@ def test_credentials_only_travel_as_secret_references() -> None:
 def test_driver_role_is_namespaced_and_least_privilege() -> None:
     role = resources.driver_role(OWNER)
     assert role["kind"] == "Role" and role["metadata"]["namespace"] == "team-a"
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
-                              "verbs": resources.DRIVER_ROLE_VERBS}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "deletecollection"]},
+    ]
+    assert "spark.kubernetes.driver.ownPersistentVolumeClaim=false" in resources.pretty(resources.driver_pod(OWNER, SPEC, ACTION, RuntimeLayout()))
     binding = resources.driver_role_binding(OWNER)
     assert binding["subjects"][0]["name"] == resources.service_account_of(OWNER, SPEC)
 
