@@ -54,6 +54,9 @@ def _properties(node_dir: Path, broker_port: int, controller_port: int) -> str:
         "log.dirs": str(node_dir / "data"),
         "num.partitions": "1",
         "auto.create.topics.enable": "false",
+        # keep everything: the examples' events carry event-time timestamps from 2024, which
+        # time-based retention would delete at the next check (every 5 minutes)
+        "log.retention.ms": "-1",
         "offsets.topic.replication.factor": "1",
         "offsets.topic.num.partitions": "4",
         "transaction.state.log.replication.factor": "1",
