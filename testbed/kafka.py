@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.proc import ComponentError, ManagedProcess, free_port, start_with_port_retry, tail
+from testbed.proc import ComponentError, ManagedProcess, free_port, port_is_free, start_with_port_retry, tail
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +108,9 @@ def cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0) -> KafkaBroker:
-    """Formats a fresh KRaft log directory under `node_dir` and starts the node on free ports."""
+def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, preferred_port: int | None = None) -> KafkaBroker:
+    """Formats a fresh KRaft log directory under `node_dir` and starts the node on free ports
+    (the broker listener on `preferred_port` when it is free: the dev examples name 127.0.0.1:9092)."""
     java = shutil.which("java")
     if java is None:
         raise ComponentError("java is not on PATH (the Kafka broker needs Java 17)")
@@ -124,7 +125,9 @@ def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0) -> Ka
 
     def start() -> ManagedProcess:
         nonlocal formatted
-        chosen["broker"], chosen["controller"] = free_port(), free_port()
+        first = "broker" not in chosen
+        chosen["broker"] = preferred_port if preferred_port and first and port_is_free(preferred_port) else free_port()
+        chosen["controller"] = free_port()
         config.write_text(_properties(node_dir, chosen["broker"], chosen["controller"]))
         if not formatted:
             done = subprocess.run(
