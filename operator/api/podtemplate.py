@@ -25,6 +25,58 @@ OPERATOR_VOLUME_PREFIX = "streamjob-"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
+# Rendered into docs/reference.md ('Pod templates') by api.reference; k8s.pods implements them.
+MERGE_RULES = f"""\
+`spec.podTemplate` is a Pod template (`metadata` with `labels` and `annotations`, and a Pod
+`spec`) for the driver and the executors, as Flink's `podTemplate`; `spec.driver.podTemplate`
+and `spec.executor.podTemplate` apply to one role. The driver pod is built by the operator;
+the executor pods are built by Spark in the driver from a pod template file the operator
+writes into the job's ConfigMap (`spark.kubernetes.executor.podTemplateFile`), so the same
+rules reach both.
+
+1. **Role over common.** The role's template is merged over `spec.podTemplate`: maps merge
+   key by key, the role's value winning (`nodeSelector`, `securityContext`, labels...); lists
+   of named objects merge by `name` (`containers`, `volumes`, `volumeMounts`, `env`,
+   `imagePullSecrets`); any other list is replaced by the role's (`tolerations`, `args`...).
+2. **The main container.** The template's container named `{MAIN_CONTAINER}` is merged into
+   the operator's own container (`driver` on the driver pod, `executor` on executor pods),
+   which is always the first (and the pod's `kubectl.kubernetes.io/default-container`). The
+   operator (or Spark) sets its name, image, pull policy, command, args, cpu and memory,
+   and termination message; its env variables and ports win by name (and port number); the
+   template's other env variables, envFrom, ports, volumeMounts, resources (for example
+   `ephemeral-storage`), probes and securityContext are kept. Any other container is a
+   sidecar, kept as written after the main one.
+3. **Pod fields.** Everything else in the template's `spec` is kept: `nodeSelector`,
+   `tolerations`, `affinity`, `topologySpreadConstraints`, `priorityClassName`, `volumes`
+   (after the operator's), `initContainers`, `securityContext`, `hostAliases`... The
+   operator's `restartPolicy`, `serviceAccountName` (`spec.serviceAccountName`) and
+   `terminationGracePeriodSeconds` are refused in a template; containers named `driver` or
+   `executor` and volumes named `{OPERATOR_VOLUME_PREFIX}*` are refused as well.
+4. **Labels and annotations.** The template's, then the operator's and Spark's over them
+   (`streamjob.io/*`, `spark-role`...).
+5. **Pull secrets.** `spec.imagePullSecrets`, then the template's `imagePullSecrets`
+   (duplicates dropped), on the driver and the executors.
+6. **Security defaults.** Pod `securityContext`: `runAsNonRoot: true`, `runAsUser`,
+   `runAsGroup` and `fsGroup` 185 (the image's user), `seccompProfile: RuntimeDefault`.
+   Every container, sidecars and init containers included: `allowPrivilegeEscalation:
+   false`, `capabilities: {{drop: [ALL]}}`. The template's values are merged over these
+   key by key, so a template can change them (another user id, a Localhost seccomp
+   profile); a template that relaxes them below `restricted` is refused by such a
+   namespace's admission, not by the operator.
+7. **file:// checkpoints.** `spec.checkpoint.location` `file://...` is refused at apply
+   time unless `spec.podTemplate` (the template of both roles: executors write state files
+   into the checkpoint too) mounts, in its `{MAIN_CONTAINER}` container, a volume that is not
+   an `emptyDir` at that path or a parent of it. A file:// checkpoint on the pod's own disk
+   would be lost when the driver pod is replaced (every restart and upgrade).
+
+Standard Pod fields are not typed in this schema beyond what the rules above read; the API
+server checks them when the pod is created. A driver pod it refuses is reported in
+`status.reconcileError`, the `Degraded` condition and an event (reason `AdmissionDenied` for
+Pod Security or another admission, `Invalid` for a malformed field), with the API server's
+message; an executor pod it refuses is in the driver's log (Spark retries it).
+"""
+
+
 def _keep_unknown(schema: dict[str, Any], cls: type | None = None) -> None:
     """Structural-schema form of pydantic's extra="allow": declared fields typed, the rest kept as written."""
     schema.pop("additionalProperties", None)

@@ -3,20 +3,8 @@
 Pure: manifests in, manifests out. Called by k8s.resources for the driver pod
 and for the executor pod template file Spark reads (executor pods are created
 by the driver, so the template reaches them as `spark.kubernetes.executor.
-podTemplateFile`). The rules, stated in docs/reference.md ('Pod templates'):
-
-- spec.podTemplate, then driver.podTemplate / executor.podTemplate merged over
-  it (`merge`): maps merge key by key, the role's value winning; lists of named
-  objects (containers, volumes, volumeMounts, env, imagePullSecrets...) merge
-  by name; any other list (tolerations, args...) is replaced by the role's.
-- The template's container named `main` is merged into the operator's own
-  container; the operator's name, image, command, args, cpu/memory resources
-  and termination message settings win, its env variables and ports win by
-  name, the user's extra env, ports, volumeMounts, resources and the rest stay.
-  Other containers are sidecars, after the main one.
-- Labels and annotations: the template's, then the operator's over them.
-- Pod and container securityContext: the restricted defaults below, the
-  template's values over them, key by key.
+podTemplateFile`). The rules are stated in api.podtemplate.MERGE_RULES (rendered
+into docs/reference.md, 'Pod templates').
 """
 
 from __future__ import annotations
