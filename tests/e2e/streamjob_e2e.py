@@ -139,6 +139,11 @@ def rate_job(name: str, testbed: TestBed, *, prefix: str, storage: str = "s3", *
             }
         },
     }
+    if storage != "s3":  # a file:// checkpoint needs a lasting volume mounted at it (hostPath: the test bed's disk)
+        body["podTemplate"] = {"spec": {
+            "containers": [{"name": "main", "volumeMounts": [{"name": "state", "mountPath": prefix}]}],
+            "volumes": [{"name": "state", "hostPath": {"path": prefix, "type": "DirectoryOrCreate"}}],
+        }}
     for key, value in spec.items():
         if isinstance(value, dict) and isinstance(body.get(key), dict):
             body[key] = {**body[key], **value}
