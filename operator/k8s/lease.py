@@ -20,6 +20,7 @@ another write.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -53,7 +54,9 @@ def _micro_time() -> str:
 class LeaderElector:
     def __init__(self, api: client.ApiClient, namespace: str, name: str, identity: str, timings: Timings, *,
                  clock: Callable[[], float] = time.monotonic, on_lost: Callable[[str], None] = exit_process) -> None:
-        self.coordination = client.CoordinationV1Api(api)
+        config = copy.deepcopy(api.configuration)
+        config.retries = False  # urllib3 would retry a failed call 3 times, each with the whole call timeout
+        self.coordination = client.CoordinationV1Api(client.ApiClient(config))
         self.namespace = namespace
         self.name = name
         self.identity = identity
@@ -76,13 +79,13 @@ class LeaderElector:
     # --- the state, read by the fence, the watchdog and the health endpoints --------------------------
     def leading(self) -> bool:
         with self._lock:
-            return self._until is not None and not self._released and self.clock() < self._until
+            return self._until is not None and not (self._released or self._lost) and self.clock() < self._until
 
     def ensure_leading(self) -> None:
         """The fence before every write: raises NotLeading, and steps down first if the deadline has passed."""
         with self._lock:
-            until, released = self._until, self._released
-        if released or until is None:
+            until, stopped = self._until, self._released or self._lost
+        if stopped or until is None:
             raise NotLeading(f"replica {self.identity} does not hold lease {self.namespace}/{self.name}")
         if self.clock() >= until:
             self._step_down("the renew deadline passed before this write")
@@ -108,8 +111,8 @@ class LeaderElector:
         with self._lock:
             if self._lost or self._released:
                 return
-            self._lost = True
-            self._until = None
+            self._lost = True  # _until stays: when this replica stopped acting
+        self._stop.set()  # no more rounds: a replica that stepped down never writes the Lease again
         log.error("Stepped down from leader lease lease=%s/%s identity=%s why=%s; exiting so the pod restarts as a standby",
                   self.namespace, self.name, self.identity, why)
         self.on_lost(why)
