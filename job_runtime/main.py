@@ -74,6 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
         "(exit 13) when another job owns it; see job_runtime.ownership",
     )
     run.add_argument("--savepoint-location", help="prefix for savepoints requested without a path (s3://...)")
+    run.add_argument(
+        "--savepoint-timeout-seconds", type=float,
+        help="spec.savepoint.timeoutSeconds: incomplete savepoint directories of this job under --savepoint-location "
+        "with nothing written for longer are pruned (none are, without it); see job_runtime.hygiene",
+    )
+    run.add_argument(
+        "--hygiene-interval-seconds", type=float, default=300.0,
+        help="seconds between two storage hygiene passes (pruning old checkpoint run directories and abandoned "
+        "savepoint directories), the first once this driver has committed a batch",
+    )
     run.add_argument("--control-address", default="127.0.0.1:0", help="HOST:PORT the control endpoint binds (port 0: any)")
     run.add_argument("--control-address-file", type=Path, help="write the bound HOST:PORT here once listening")
     run.add_argument("--token-file", type=Path, help="file holding the control endpoint's bearer token")
@@ -111,6 +121,8 @@ def settings_from_args(args: argparse.Namespace, job_hash: str) -> RuntimeSettin
             spark_conf=tuple(args.conf),
             job_hash=args.job_hash or job_hash,
             owner_uid=args.owner_uid,
+            savepoint_timeout_seconds=args.savepoint_timeout_seconds,
+            hygiene_interval_seconds=args.hygiene_interval_seconds,
         )
     )
 

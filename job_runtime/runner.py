@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from job_runtime import checkpoint, jobs, nonrestored, ownership, recovery
+from job_runtime import checkpoint, janitor, jobs, nonrestored, ownership, recovery
 from job_runtime.control import ControlError
 from job_runtime.exitcodes import ExitCode
 from job_runtime.jobdef import JobDefinition, JobDefinitionError
@@ -132,6 +132,7 @@ class Runner:
         self._late_rows = LateRowsTotal()
         self._query_starts = 0
         self._dropped_state = False
+        self._janitor: janitor.Janitor | None = None
         self.final_savepoint: SavepointRecord | None = None
 
     # ---- Controller: called from the control endpoint's threads ---------------------------
@@ -181,6 +182,7 @@ class Runner:
             "sparkVersion": self._spark.version if self._spark is not None else None,
             "savepointInProgress": active,
             "lastSavepoint": latest,
+            "storage": self._janitor.report() if self._janitor is not None else None,
         }
 
     def _count_late_rows(self, query: Any, run_id: str | None, last: dict[str, Any]) -> None:
@@ -246,6 +248,8 @@ class Runner:
             log.exception("runtime failed job=%s", self.settings.job_id)
             return self._fail(ExitCode.FAILED, _describe(err))
         finally:
+            if self._janitor is not None:
+                self._janitor.stop()
             self._join_worker()
 
     def _run(self) -> ExitCode:
@@ -265,7 +269,9 @@ class Runner:
             self._check_pin()
         if self._stop_reason:
             return self._stopped()
+        baseline = self._committed_before_start()
         self._start_query()
+        self._start_janitor(baseline)
         while True:
             try:
                 command: Command | None = self._commands.get(timeout=POLL_SECONDS)
@@ -300,7 +306,35 @@ class Runner:
         except LocationError as err:
             raise JobDefinitionError(f"--checkpoint: {err}") from None
 
+    def _committed_before_start(self) -> int | None | Exception:
+        try:
+            return checkpoint.latest_completed_batch(self.settings.checkpoint_location, s3=self.s3_config)
+        except Exception as err:  # hygiene waits for another driver then; the query need not
+            return err
+
+    def _start_janitor(self, baseline: int | None | Exception) -> None:
+        """Storage hygiene (job_runtime.janitor): prunes once this driver has committed a batch past `baseline`."""
+        if isinstance(baseline, Exception):
+            log.warning("storage hygiene off job=%s reason=could not read the checkpoint's commits before the start: %s",
+                        self.settings.job_id, _describe(baseline))
+            return
+
+        def writing() -> list[str]:
+            with self._lock:
+                return [self._active_savepoint.path] if self._active_savepoint is not None else []
+
+        self._janitor = janitor.Janitor(
+            self.settings, self.s3_config, latest_completed=self._latest_completed_batch, writing=writing
+        )
+        self._janitor.start(baseline)
+
     def _claim_checkpoint(self) -> None:
+        try:
+            janitor.refuse_pruned(checkpoint.open_store(self.settings.checkpoint_location, self.s3_config))
+        except janitor.CheckpointPrunedError as err:
+            raise RestoreRefused(str(err)) from None
+        except LocationError as err:
+            raise JobDefinitionError(f"--checkpoint: {err}") from None
         uid = self.settings.owner_uid
         if uid is None:
             log.info("skipped checkpoint ownership check job=%s reason=no --owner-uid", self.settings.job_id)

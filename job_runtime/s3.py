@@ -143,10 +143,15 @@ def parse_location(uri: str) -> Location:
 
 @dataclass(frozen=True)
 class StoredFile:
-    """One file under a location: path relative to it (``/``-separated) and size in bytes."""
+    """One file under a location: path relative to it (``/``-separated) and size in bytes.
+
+    ``modified`` (epoch seconds: S3's LastModified, or the local mtime) is what a listing
+    said; it takes no part in comparisons, so listings compare by path and size.
+    """
 
     path: str
     size: int
+    modified: float | None = field(default=None, compare=False)
 
 
 class Store:
@@ -183,10 +188,10 @@ class Store:
                 for name in sorted(filenames):
                     full = Path(dirpath) / name
                     try:
-                        size = full.stat().st_size
+                        stat = full.stat()
                     except FileNotFoundError:  # removed by a running query's cleanup meanwhile
                         continue
-                    yield StoredFile(full.relative_to(root).as_posix(), size)
+                    yield StoredFile(full.relative_to(root).as_posix(), stat.st_size, stat.st_mtime)
             return
         base = self.location.key_prefix
         prefix = base + (under.strip("/") + "/" if under else "")
@@ -196,7 +201,53 @@ class Store:
                 key: str = obj["Key"]
                 if key.endswith("/"):
                     continue  # directory marker objects some tools create
-                yield StoredFile(key[len(base) :], int(obj["Size"]))
+                modified = obj.get("LastModified")
+                yield StoredFile(key[len(base) :], int(obj["Size"]), modified.timestamp() if modified is not None else None)
+
+    def subdirectories(self) -> tuple[str, ...]:
+        """The names of the location's immediate subdirectories (S3: common prefixes), sorted."""
+        if self.location.scheme == "file":
+            root = Path(self.location.path)
+            return tuple(sorted(p.name for p in root.iterdir() if p.is_dir())) if root.is_dir() else ()
+        base = self.location.key_prefix
+        paginator = self._s3.get_paginator("list_objects_v2")
+        found: set[str] = set()
+        for page in paginator.paginate(Bucket=self.location.bucket, Prefix=base, Delimiter="/"):
+            for common in page.get("CommonPrefixes", []):
+                name = str(common["Prefix"])[len(base) :].strip("/")
+                if name:
+                    found.add(name)
+        return tuple(sorted(found))
+
+    def remove_empty_directories(self) -> None:
+        """Removes what is left of the location's directories once it holds no file: empty local
+        folders (the location's own too), or S3 directory marker objects (zero-byte ``.../``
+        keys, which Hadoop's S3A writes). Never a file."""
+        if self.location.scheme == "file":
+            root = Path(self.location.path)
+            if not root.is_dir():
+                return
+            for dirpath, _dirnames, _files in sorted(os.walk(root), key=lambda t: -len(t[0])):
+                try:
+                    os.rmdir(dirpath)
+                except OSError:  # not empty
+                    pass
+            return
+        prefix = self.location.key_prefix
+        paginator = self._s3.get_paginator("list_objects_v2")
+        markers = [
+            obj["Key"]
+            for page in paginator.paginate(Bucket=self.location.bucket, Prefix=prefix)
+            for obj in page.get("Contents", [])
+            if obj["Key"].endswith("/") and int(obj["Size"]) == 0
+        ]
+        if self.location.path and prefix not in markers:
+            markers.append(prefix)  # the location's own marker, if S3A wrote one (absent keys are fine)
+        for start in range(0, len(markers), 1000):
+            self._s3.delete_objects(
+                Bucket=self.location.bucket,
+                Delete={"Objects": [{"Key": k} for k in markers[start : start + 1000]], "Quiet": True},
+            )
 
     def exists(self, relative: str) -> bool:
         if self.location.scheme == "file":

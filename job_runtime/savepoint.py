@@ -23,368 +23,44 @@ was computed locally sent along so the store verifies it.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Any
 
 from job_runtime import checkpoint as ckpt
-from job_runtime import testhooks
 from job_runtime.s3 import Location, S3Config, Store, StoredFile, parse_location
+from job_runtime.savepoint_manifest import (  # noqa: F401  (re-exported: the savepoint API)
+    DELETING_MARKER,
+    FORMAT_VERSION,
+    IN_PROGRESS_MARKER,
+    MANIFEST_NAME,
+    MULTIPART_THRESHOLD,
+    RESTORE_MARKER,
+    CheckpointSourceError,
+    JobRef,
+    Manifest,
+    ManifestFile,
+    ManifestInvalidError,
+    RestoreTargetNotEmptyError,
+    SavepointChecksumError,
+    SavepointError,
+    SavepointFileMissingError,
+    SavepointFileSizeError,
+    SavepointNotFoundError,
+    SavepointSummary,
+    SavepointTargetNotEmptyError,
+    StatePartitionMismatchError,
+    build_manifest,
+    parse_manifest,
+)
+from job_runtime.savepoint_transfer import Transfer, sha256_file, sha256_object, stored_sha256
 
 log = logging.getLogger(__name__)
-
-MANIFEST_NAME = "_savepoint.json"
-RESTORE_MARKER = "_streamjob_restore.json"
-# Written first by a savepoint writer, removed after the manifest: "an incomplete savepoint of ours".
-IN_PROGRESS_MARKER = "_streamjob_savepoint_in_progress.json"
-# Written by delete_savepoint before the manifest goes (a copy of it), so an interrupted delete can resume.
-DELETING_MARKER = "_streamjob_savepoint_deleting.json"
-FORMAT_VERSION: Literal[1] = 1
-_CHUNK = 8 * 1024 * 1024
-# Above this, copies and uploads are multipart: parallel parts, but no full-object SHA-256
-# from the store, so the object is hashed by streaming it instead.
-MULTIPART_THRESHOLD = 64 * 1024 * 1024
-
-
-# ---- errors ------------------------------------------------------------------------------
-
-
-class SavepointError(RuntimeError):
-    """A savepoint operation was refused or failed; the message says what and where."""
-
-    def __init__(self, uri: str, detail: str) -> None:
-        super().__init__(f"{uri}: {detail}")
-        self.uri = uri
-        self.detail = detail
-
-
-class SavepointNotFoundError(SavepointError):
-    """No ``_savepoint.json``: an incomplete or foreign directory, not a savepoint."""
-
-
-class ManifestInvalidError(SavepointError):
-    """The manifest is not JSON, or does not follow the schema of this format version."""
-
-
-class SavepointFileMissingError(SavepointError):
-    pass
-
-
-class SavepointFileSizeError(SavepointError):
-    pass
-
-
-class SavepointChecksumError(SavepointError):
-    pass
-
-
-class StatePartitionMismatchError(SavepointError):
-    pass
-
-
-class RestoreTargetNotEmptyError(SavepointError):
-    """The restore target holds committed progress of some query; it is never overwritten."""
-
-
-class CheckpointSourceError(SavepointError):
-    """The checkpoint to copy has no committed batch, or is missing a required file."""
-
-
-class SavepointTargetNotEmptyError(SavepointError):
-    """The savepoint target holds a completed savepoint or files that are not ours; nothing is deleted."""
-
-
-# ---- the manifest ------------------------------------------------------------------------
-
-
-class ManifestFile(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    path: str = Field(min_length=1, description="checkpoint-relative, '/'-separated")
-    size: int = Field(ge=0)
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-
-
-class JobRef(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    namespace: str
-    hash: str
-
-
-class Manifest(BaseModel):
-    """``_savepoint.json``. Field names are the on-disk format: change only with ``format_version``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    format_version: Literal[1]
-    job: JobRef
-    spark_version: str
-    state_partitions: int = Field(ge=1)
-    state_store_provider: str | None
-    state_operators: list[int]
-    batch_id: int = Field(ge=0, description="the last committed batch in the savepoint")
-    planned_batch_id: int | None = Field(
-        description="batch_id + 1 when its offsets were logged but it never committed; a restore re-runs it"
-    )
-    watermark_ms: int | None
-    created_at: datetime
-    source_checkpoint: str
-    files: list[ManifestFile]
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
-
-    def to_json(self) -> bytes:
-        return (self.model_dump_json(indent=2) + "\n").encode("utf-8")
-
-
-@dataclass(frozen=True)
-class SavepointSummary:
-    uri: str
-    job_name: str
-    job_namespace: str
-    job_hash: str
-    batch_id: int
-    created_at: datetime
-    state_partitions: int
-    file_count: int
-    total_bytes: int
-
-
-def build_manifest(
-    *,
-    job_name: str,
-    job_namespace: str,
-    job_hash: str,
-    spark_version: str,
-    state_partitions: int,
-    state_store_provider: str | None,
-    batch_id: int,
-    watermark_ms: int | None,
-    created_at: datetime,
-    source_checkpoint: str,
-    files: Iterable[tuple[str, int, str]],
-) -> Manifest:
-    """Pure: the manifest for a copied file set (path, size, sha256 hex)."""
-    entries = sorted((ManifestFile(path=p, size=s, sha256=h) for p, s, h in files), key=lambda f: f.path)
-    paths = [f.path for f in entries]
-    planned = batch_id + 1 if f"offsets/{batch_id + 1}" in paths else None
-    return Manifest(
-        format_version=FORMAT_VERSION,
-        job=JobRef(name=job_name, namespace=job_namespace, hash=job_hash),
-        spark_version=spark_version,
-        state_partitions=state_partitions,
-        state_store_provider=state_store_provider,
-        state_operators=ckpt.state_operators(paths),
-        batch_id=batch_id,
-        planned_batch_id=planned,
-        watermark_ms=watermark_ms,
-        created_at=created_at,
-        source_checkpoint=source_checkpoint,
-        files=entries,
-    )
-
-
-def parse_manifest(uri: str, data: bytes) -> Manifest:
-    """Parses and schema-checks ``_savepoint.json``; raises ``ManifestInvalidError``."""
-    try:
-        raw = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ManifestInvalidError(uri, f"{MANIFEST_NAME} is not JSON: {exc}") from exc
-    if isinstance(raw, dict) and raw.get("format_version") not in (None, FORMAT_VERSION):
-        raise ManifestInvalidError(
-            uri, f"{MANIFEST_NAME}: format_version {raw.get('format_version')!r} is not supported (this reader knows {FORMAT_VERSION})"
-        )
-    try:
-        manifest = Manifest.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(root)"
-        raise ManifestInvalidError(
-            uri, f"{MANIFEST_NAME}: field {where}: {first['msg']} ({exc.error_count()} schema error(s))"
-        ) from exc
-    seen: set[str] = set()
-    for f in manifest.files:
-        if f.path in seen or f.path.startswith("/") or ".." in f.path.split("/") or f.path == MANIFEST_NAME:
-            raise ManifestInvalidError(uri, f"{MANIFEST_NAME}: file entry {f.path!r} is duplicated or not a relative path")
-        seen.add(f.path)
-    for required in ("metadata", f"offsets/{manifest.batch_id}", f"commits/{manifest.batch_id}"):
-        if required not in seen:
-            raise ManifestInvalidError(uri, f"{MANIFEST_NAME}: lists no {required}: batch {manifest.batch_id} is not restorable")
-    return manifest
-
-
-# ---- moving bytes ------------------------------------------------------------------------
-
-
-def _hex_from_b64(value: str) -> str:
-    return base64.b64decode(value).hex()
-
-
-def _b64_from_hex(value: str) -> str:
-    return base64.b64encode(bytes.fromhex(value)).decode()
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _sha256_object(client: Any, bucket: str, key: str) -> str:
-    digest = hashlib.sha256()
-    body = client.get_object(Bucket=bucket, Key=key)["Body"]
-    for chunk in body.iter_chunks(_CHUNK):
-        digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _stored_sha256(client: Any, bucket: str, key: str) -> tuple[int, str | None]:
-    """Size and the full-object SHA-256 the store kept for an object, if it kept one."""
-    head = client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
-    value = head.get("ChecksumSHA256")
-    full = value and head.get("ChecksumType", "FULL_OBJECT") == "FULL_OBJECT" and "-" not in value
-    return int(head["ContentLength"]), _hex_from_b64(value) if full else None
-
-
-class _Transfer:
-    """Copies files from one store to another and returns each copy's SHA-256 (hex).
-
-    One object per operation; chooses server-side copy, transfer-manager upload or
-    download, or a local copy by the pair of schemes.
-    """
-
-    def __init__(self, src: Store, dst: Store, s3_config: S3Config, client: Any | None, point: str = "copy") -> None:
-        from boto3.s3.transfer import TransferConfig  # type: ignore[import-untyped]
-
-        self.point = point  # the test hook's name for a copied file (job_runtime.testhooks)
-        self.src = src
-        self.dst = dst
-        self.client: Any = client
-        self.concurrency = max(1, s3_config.max_concurrency)
-        self.config = TransferConfig(
-            multipart_threshold=MULTIPART_THRESHOLD,
-            multipart_chunksize=16 * 1024 * 1024,
-            max_concurrency=self.concurrency,
-            use_threads=True,
-        )
-
-    def run(self, files: list[StoredFile], expected: dict[str, str] | None = None) -> dict[str, str]:
-        """Copies ``files``; with ``expected`` (path -> sha256) a mismatch raises ``SavepointChecksumError``."""
-        pair = (self.src.location.scheme, self.dst.location.scheme)
-        if pair == ("file", "s3"):
-            digests = self._upload(files)
-        elif pair == ("s3", "file"):
-            digests = self._download(files)
-        elif pair == ("s3", "s3"):
-            digests = self._pool(files, self._copy_s3)
-        else:
-            digests = self._pool(files, self._copy_local)
-        if expected is not None:
-            for f in files:
-                want, got = expected[f.path], digests[f.path]
-                if want != got:
-                    raise SavepointChecksumError(
-                        str(self.src.location),
-                        f"file {f.path}: checksum mismatch (manifest sha256 {want[:12]}…, found {got[:12]}…)",
-                    )
-        return digests
-
-    def _pool(self, files: list[StoredFile], one: Callable[[StoredFile], str]) -> dict[str, str]:
-        def copied(f: StoredFile) -> str:
-            digest = one(f)
-            testhooks.reached(self.point)
-            return digest
-
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="savepoint-copy") as pool:
-            futures = {f.path: pool.submit(copied, f) for f in files}
-            return {path: fut.result() for path, fut in futures.items()}
-
-    def _copy_local(self, f: StoredFile) -> str:
-        source = self.src.local_path(f.path)
-        target = self.dst.local_path(f.path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        digest = hashlib.sha256()
-        with open(source, "rb") as fin, open(target, "wb") as fout:
-            while chunk := fin.read(_CHUNK):
-                digest.update(chunk)
-                fout.write(chunk)
-        return digest.hexdigest()
-
-    def _copy_s3(self, f: StoredFile) -> str:
-        source = {"Bucket": self.src.location.bucket, "Key": self.src.key(f.path)}
-        bucket, key = self.dst.location.bucket, self.dst.key(f.path)
-        if f.size < MULTIPART_THRESHOLD:
-            result = self.client.copy_object(
-                Bucket=bucket, Key=key, CopySource=source, ChecksumAlgorithm="SHA256", MetadataDirective="COPY"
-            )
-            value = result.get("CopyObjectResult", {}).get("ChecksumSHA256")
-            if value and "-" not in value:
-                return _hex_from_b64(value)
-        else:
-            # Managed multipart copy (UploadPartCopy in parallel); the store's checksum
-            # would be per part, so the full-object hash comes from reading the copy.
-            self.client.copy(source, bucket, key, Config=self.config)
-        return _sha256_object(self.client, bucket, key)
-
-    def _upload(self, files: list[StoredFile]) -> dict[str, str]:
-        from boto3.s3.transfer import create_transfer_manager
-
-        digests: dict[str, str] = {}
-        futures: list[Future[Any]] = []
-        with create_transfer_manager(self.client, self.config) as manager:
-            # Hash the next file while the manager's threads upload the previous ones; the
-            # upload reads it again from the page cache. Small files carry their SHA-256 so
-            # the store refuses a corrupted transfer (BadDigest).
-            for f in files:
-                path = self.src.local_path(f.path)
-                digest = _sha256_file(path)
-                digests[f.path] = digest
-                extra = {"ChecksumSHA256": _b64_from_hex(digest)} if f.size < MULTIPART_THRESHOLD else {}
-                futures.append(
-                    manager.upload(str(path), self.dst.location.bucket, self.dst.key(f.path), extra_args=extra)
-                )
-            for fut in futures:
-                fut.result()
-                testhooks.reached(self.point)
-        return digests
-
-    def _download(self, files: list[StoredFile]) -> dict[str, str]:
-        from boto3.s3.transfer import create_transfer_manager
-
-        targets: dict[str, Path] = {}
-        with create_transfer_manager(self.client, self.config) as manager:
-            futures = []
-            for f in files:
-                target = self.dst.local_path(f.path)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                targets[f.path] = target
-                futures.append(manager.download(self.src.location.bucket, self.src.key(f.path), str(target)))
-            for fut in futures:
-                fut.result()
-                testhooks.reached(self.point)
-        # Hash what landed on disk, not what was sent: that is what Spark will read.
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="savepoint-hash") as pool:
-            hashed = {p: pool.submit(_sha256_file, t) for p, t in targets.items()}
-            return {p: fut.result() for p, fut in hashed.items()}
-
-
-# ---- public API --------------------------------------------------------------------------
 
 
 def _client_for(*locations: Location, s3_config: S3Config | None) -> tuple[S3Config, Any | None]:
@@ -478,7 +154,7 @@ def write_savepoint(
         watermark_ms = ckpt.parse_commit_log(src.read_bytes(f"commits/{batch_id}").decode("utf-8", "replace"))
 
     _claim_target(dst, savepoint_uri, job_namespace, job_name)
-    digests = _Transfer(src, dst, config, client, "savepoint").run(files)
+    digests = Transfer(src, dst, config, client, "savepoint").run(files)
     keep = {f.path for f in files} | {IN_PROGRESS_MARKER}
     stale = [f.path for f in dst.list() if f.path not in keep]
     if stale:
@@ -664,9 +340,9 @@ def validate_savepoint(
 
         def digest_of(f: ManifestFile) -> str:
             if loc.scheme == "file":
-                return _sha256_file(store.local_path(f.path))
-            _, stored = _stored_sha256(client, loc.bucket, store.key(f.path))
-            return stored or _sha256_object(client, loc.bucket, store.key(f.path))
+                return sha256_file(store.local_path(f.path))
+            _, stored = stored_sha256(client, loc.bucket, store.key(f.path))
+            return stored or sha256_object(client, loc.bucket, store.key(f.path))
 
         with ThreadPoolExecutor(max_workers=config.max_concurrency, thread_name_prefix="savepoint-verify") as pool:
             results = {f.path: pool.submit(digest_of, f) for f in manifest.files}
@@ -772,7 +448,7 @@ def restore_savepoint(
         planned = manifest.planned_batch_id
         files = [f for f in files if not _belongs_to_batch(f.path, planned)]
         log.warning("Dropped planned batch uri=%s batch_id=%d reason=state-repartition", uri, planned)
-    transfer = _Transfer(source, target, config, client, "restore")
+    transfer = Transfer(source, target, config, client, "restore")
     transfer.run([StoredFile(f.path, f.size) for f in files], expected={f.path: f.sha256 for f in files})
 
     if repartition:

@@ -48,6 +48,8 @@ class RuntimeSettings:
     spark_conf: tuple[tuple[str, str], ...] = ()
     job_hash: str = ""
     owner_uid: str | None = None
+    savepoint_timeout_seconds: float | None = None  # abandoned savepoint directories older than this are pruned
+    hygiene_interval_seconds: float = 300.0  # between two storage hygiene passes (job_runtime.janitor)
 
     @property
     def available_now(self) -> bool:
@@ -78,6 +80,10 @@ def validate(settings: RuntimeSettings) -> RuntimeSettings:
             raise SettingsError(f"{option}: must start with s3://, s3a:// or file://, got {value!r}")
     if settings.owner_uid is not None and not settings.owner_uid.strip():
         raise SettingsError("--owner-uid: must not be empty (the StreamJob's metadata.uid)")
+    if settings.savepoint_timeout_seconds is not None and not settings.savepoint_timeout_seconds > 0:
+        raise SettingsError(f"--savepoint-timeout-seconds: must be > 0, got {settings.savepoint_timeout_seconds:g}")
+    if not settings.hygiene_interval_seconds > 0:
+        raise SettingsError(f"--hygiene-interval-seconds: must be > 0, got {settings.hygiene_interval_seconds:g}")
     if settings.control_address and settings.token_file is None:
         raise SettingsError("--token-file: required when the control endpoint is on (--control-address)")
     uses_s3 = any(

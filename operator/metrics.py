@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -96,6 +96,9 @@ class JobSnapshot:
     rows_dropped_by_watermark: int | None
     late_rows_dropped_total: int | None
     last_savepoint_at: float | None
+    storage_pruned_run_dirs: int | None = None
+    storage_pruned_savepoint_dirs: int | None = None
+    storage_failing: bool | None = None
 
 
 def _epoch(text: str | None) -> float | None:
@@ -110,6 +113,7 @@ def _epoch(text: str | None) -> float | None:
 
 def snapshot(status: StreamJobStatus) -> JobSnapshot:
     job = status.job
+    storage = job.storage if job is not None else None
     ms = watermark_ms(job.watermark) if job is not None and job.watermark else None
     return JobSnapshot(
         state=status.state.value if status.state is not None else None,
@@ -126,6 +130,9 @@ def snapshot(status: StreamJobStatus) -> JobSnapshot:
         rows_dropped_by_watermark=job.rows_dropped_by_watermark if job else None,
         late_rows_dropped_total=job.late_rows_dropped_total if job else None,
         last_savepoint_at=_epoch(status.last_savepoint.time) if status.last_savepoint else None,
+        storage_pruned_run_dirs=storage.pruned_run_dirs if storage else None,
+        storage_pruned_savepoint_dirs=storage.pruned_savepoint_dirs if storage else None,
+        storage_failing=bool(storage.last_error) if storage and storage.passes else None,
     )
 
 
@@ -143,6 +150,19 @@ _JOB_GAUGES: tuple[tuple[str, str], ...] = (
     ("job_last_checkpoint_age_seconds", "Seconds since the latest completed checkpoint was observed."),
     ("job_last_savepoint_age_seconds", "Seconds since the latest completed savepoint."),
     ("job_restarts", "Restarts after failures over the job's life (status.totalRestarts)."),
+    ("job_storage_hygiene_failing", "1 when the driver's last storage hygiene pass could not delete something (status.job.storage.lastError), else 0."),
+)
+
+# counters the driver keeps since it started (they reset with a new driver: Prometheus' rate() handles that)
+_JOB_COUNTERS: tuple[tuple[str, str, Callable[[JobSnapshot], int | None]], ...] = (
+    ("job_late_rows_dropped", "Rows dropped as later than the watermark since the job's driver started (resets with a new driver).",
+     lambda snap: snap.late_rows_dropped_total),
+    ("job_storage_pruned_run_dirs",
+     "Superseded checkpoint run directories the job's driver deleted since it started (resets with a new driver).",
+     lambda snap: snap.storage_pruned_run_dirs),
+    ("job_storage_pruned_savepoint_dirs",
+     "Abandoned savepoint directories the job's driver deleted since it started (resets with a new driver).",
+     lambda snap: snap.storage_pruned_savepoint_dirs),
 )
 
 
@@ -163,6 +183,7 @@ def _job_values(s: JobSnapshot, now: float) -> dict[str, float | None]:
         "job_last_checkpoint_age_seconds": age(s.last_checkpoint_at),
         "job_last_savepoint_age_seconds": age(s.last_savepoint_at),
         "job_restarts": s.total_restarts,
+        "job_storage_hygiene_failing": None if s.storage_failing is None else float(s.storage_failing),
     }
 
 
@@ -216,13 +237,13 @@ class JobCollector(Collector):
             if snap.state is not None:
                 info.add_metric([ns, name, snap.state], 1)
         yield info
-        late = CounterMetricFamily(f"{PREFIX}_job_late_rows_dropped",
-                                   "Rows dropped as later than the watermark since the job's driver started (resets with a new driver).",
-                                   labels=["namespace", "streamjob"])
-        for (ns, name), snap in sorted(jobs.items()):
-            if snap.late_rows_dropped_total is not None:
-                late.add_metric([ns, name], float(snap.late_rows_dropped_total))
-        yield late
+        for metric, help_text, read in _JOB_COUNTERS:
+            counter = CounterMetricFamily(f"{PREFIX}_{metric}", help_text, labels=["namespace", "streamjob"])
+            for (ns, name), snap in sorted(jobs.items()):
+                count = read(snap)
+                if count is not None:
+                    counter.add_metric([ns, name], float(count))
+            yield counter
         values = {key: _job_values(snap, now) for key, snap in sorted(jobs.items())}
         for metric, help_text in _JOB_GAUGES:
             family = GaugeMetricFamily(f"{PREFIX}_{metric}", help_text, labels=["namespace", "streamjob"])

@@ -61,6 +61,8 @@ class TestBed:
         self.node_name = node_name
         self.log_dir = self.run_dir / "logs"
         self.kubeconfig = self.run_dir / "kubeconfig"
+        # JSON lines, one per request of a service account (testbed.control_plane.AUDIT_POLICY)
+        self.audit_log = self.log_dir / "audit.jsonl"
         self.ca_file = self.run_dir / "pki" / "ca.crt"
         self.kubelet_dir = self.run_dir / "kubelet"
         self.api_url = ""
@@ -106,6 +108,7 @@ class TestBed:
             pki=certs,
             work_dir=self.run_dir / "apiserver",
             log_path=self.log_dir / "kube-apiserver.log",
+            audit_log=self.audit_log,
         )
         self._processes.append(apiserver.process)
         self.api_url = apiserver.url
@@ -205,6 +208,7 @@ class TestBed:
             "jars_dir": str(self.jars_dir) if self.jars_dir else None,
             "run_dir": str(self.run_dir),
             "log_dir": str(self.log_dir),
+            "audit_log": str(self.audit_log),
             "pod_logs_dir": str(self.kubelet_dir / "logs"),
             "node_name": self.node_name,
             "pids": {p.name: p.pid for p in self._processes},

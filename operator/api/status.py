@@ -57,6 +57,19 @@ class SavepointInfo(Model):
                                    description="Total bytes of the savepoint's files, from its manifest (unset when the manifest was not read).")
 
 
+class StorageHygiene(Model):
+    """What the driver's storage hygiene did since it started (docs/operations.md, Storage hygiene)."""
+
+    passes: int = Field(default=0, description="Passes run; the first once the driver has committed a batch of its own.")
+    pruned_run_dirs: int = Field(default=0, alias="prunedRunDirs",
+                                 description="Superseded checkpoint run directories of this job deleted.")
+    pruned_savepoint_dirs: int = Field(default=0, alias="prunedSavepointDirs",
+                                       description="Abandoned savepoint directories of this job deleted (older than savepoint.timeoutSeconds).")
+    last_pass_at: str | None = Field(default=None, alias="lastPassAt", description="When the last pass ran (RFC 3339).")
+    last_error: str | None = Field(default=None, alias="lastError", max_length=MAX_MESSAGE,
+                                   description="What the last pass could not delete; retried on the next pass.")
+
+
 class JobMetrics(Model):
     query_id: str | None = Field(default=None, alias="queryId", description="Spark streaming query id (stable across restarts).")
     run_id: str | None = Field(default=None, alias="runId", description="Spark run id (new on every start).")
@@ -74,6 +87,7 @@ class JobMetrics(Model):
         description="Late rows dropped by the watermark since this driver started, over every batch it ran.",
     )
     batch_duration_ms: int | None = Field(default=None, alias="batchDurationMs", description="Duration of the last batch.")
+    storage: StorageHygiene | None = Field(default=None, description="Storage hygiene of this driver: what it pruned.")
     observed_at: str | None = Field(default=None, alias="observedAt", description="When these were read from the driver.")
 
 

@@ -62,6 +62,17 @@ class DriverPod:
 
 
 @dataclass(frozen=True)
+class StorageReport:
+    """The driver's storage hygiene since it started (/status ``storage``; job_runtime.janitor)."""
+
+    passes: int = 0
+    pruned_run_dirs: int = 0
+    pruned_savepoint_dirs: int = 0
+    last_pass_at: str | None = None
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
 class JobProgress:
     """What the driver's control endpoint said (``reachable=False`` when it did not answer)."""
 
@@ -79,6 +90,7 @@ class JobProgress:
     rows_dropped_by_watermark: int | None = None
     late_rows_dropped_total: int | None = None
     batch_duration_ms: int | None = None
+    storage: StorageReport | None = None
     last_error: str | None = None
 
 

@@ -31,6 +31,7 @@ from streamjob_operator.reconcile.model import (
     SavepointManifest,
     SavepointProgress,
     SavepointState,
+    StorageReport,
 )
 from streamjob_operator.reconcile.policy import parse_time
 
@@ -157,7 +158,24 @@ def job_progress(body: dict[str, Any]) -> JobProgress:
         rows_dropped_by_watermark=body.get("rowsDroppedByWatermark"),
         late_rows_dropped_total=body.get("lateRowsDroppedTotal"),
         batch_duration_ms=body.get("batchDurationMs"),
+        storage=storage_report(body.get("storage")),
         last_error=body.get("lastError"),
+    )
+
+
+def storage_report(raw: Any) -> StorageReport | None:
+    """The driver's ``storage`` block; None when absent (an older runtime) or not what it should be."""
+    if not isinstance(raw, dict):
+        return None
+
+    def count(key: str) -> int:
+        value = raw.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+    at, error = raw.get("lastPassAt"), raw.get("lastError")
+    return StorageReport(
+        passes=count("passes"), pruned_run_dirs=count("prunedRunDirs"), pruned_savepoint_dirs=count("prunedSavepointDirs"),
+        last_pass_at=at if isinstance(at, str) else None, last_error=error if isinstance(error, str) else None,
     )
 
 

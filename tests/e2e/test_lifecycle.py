@@ -1,7 +1,8 @@
 """A StreamJob's life on the test bed, with the real runtime, S3 and the operator as a subprocess.
 
 apply -> running; driver killed -> restarted from the latest checkpoint; manual
-savepoint; image change -> savepoint upgrade; suspend and resume; delete with
+savepoint; image change -> savepoint upgrade (the superseded checkpoint run
+directory is then pruned); suspend and resume; delete with
 a final savepoint. Output is checked exactly-once against the rate source's
 reference (0, 1, 2, ... each once); never two drivers at any time.
 """
@@ -67,6 +68,15 @@ def test_a_job_runs_restarts_upgrades_suspends_resumes_and_is_deleted_with_a_sav
     assert upgraded["checkpointLocation"].endswith("/run-3")
     assert '"image":"ghcr.io/streamjob/streamjob-runtime:0.1.1"' in upgraded["lastStableSpec"]
     assert {"Upgrading", "SavepointCompleted", "DriverCreated", "UpgradeCompleted"} <= set(jobs.reasons("life"))
+
+    # storage hygiene: once the upgraded driver has committed a batch of its own, it prunes the superseded run-1
+    old, new = (st["checkpointLocation"].split("://streamjob/", 1)[1] for st in (before, upgraded))
+    wait_for(lambda: s3.list_objects_v2(Bucket="streamjob", Prefix=f"{old}/").get("KeyCount", 0) == 0, 120,
+             f"the superseded checkpoint {old} to be pruned")
+    assert s3.list_objects_v2(Bucket="streamjob", Prefix=f"{new}/commits/").get("KeyCount", 0) > 0, new
+    pruned = jobs.wait("life", "status.job.storage to show it",
+                       lambda st: (((st.get("job") or {}).get("storage") or {}).get("prunedRunDirs") or 0) >= 1)
+    assert not pruned["job"]["storage"].get("lastError"), pruned["job"]["storage"]
 
     # suspend: savepoint, no driver; resume: restores it
     jobs.patch("life", {"state": "suspended"})

@@ -16,6 +16,7 @@ from streamjob_operator.api.status import (
     LifecycleState,
     Operation,
     SavepointInfo,
+    StorageHygiene,
     StreamJobStatus,
 )
 from streamjob_operator.reconcile.model import Event
@@ -93,6 +94,25 @@ def test_what_the_driver_did_not_report_is_absent_not_zero(job: JobMetrics | Non
     metrics.record_pass("ns", "j", status, status, [], NOW)
     assert value(absent, namespace="ns", streamjob="j") is None
     assert value("streamjob_job_last_committed_batch_id", namespace="ns", streamjob="j") == 41
+
+
+@pytest.mark.parametrize(
+    ("storage", "run_dirs", "savepoint_dirs", "failing"),
+    [
+        pytest.param(None, None, None, None, id="older-runtime-reports-nothing"),
+        pytest.param(StorageHygiene(), 0, 0, None, id="no-pass-yet"),
+        pytest.param(StorageHygiene(passes=3, pruned_run_dirs=2, pruned_savepoint_dirs=1), 2, 1, 0, id="pruned"),
+        pytest.param(StorageHygiene(passes=4, pruned_run_dirs=2, last_error="run-3: AccessDenied"), 2, 0, 1, id="failing"),
+    ],
+)
+def test_storage_hygiene_is_exported_per_job(storage: StorageHygiene | None, run_dirs: int | None,
+                                             savepoint_dirs: int | None, failing: int | None) -> None:
+    status = running(job=JobMetrics(storage=storage))
+    metrics.record_pass("ns", "j", status, status, [], NOW)
+    job = {"namespace": "ns", "streamjob": "j"}
+    assert value("streamjob_job_storage_pruned_run_dirs_total", **job) == run_dirs
+    assert value("streamjob_job_storage_pruned_savepoint_dirs_total", **job) == savepoint_dirs
+    assert value("streamjob_job_storage_hygiene_failing", **job) == failing
 
 
 def test_a_deleted_job_leaves_no_series() -> None:

@@ -38,6 +38,9 @@ def test_driver_pod_runs_the_runtime_as_main_process_with_a_client_mode_driver()
     assert runtime[0] == "run"
     assert runtime[runtime.index("--checkpoint") + 1] == "s3a://b/ck/run-3"
     assert runtime[runtime.index("--restore-from") + 1] == "s3://b/sp/team-a/wc/savepoint-x"
+    # the savepoint timeout lets the driver prune this job's abandoned savepoint directories (storage hygiene)
+    assert runtime[runtime.index("--savepoint-location") + 1 : runtime.index("--savepoint-location") + 4] == [
+        "s3://b/sp", "--savepoint-timeout-seconds", "600"]
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     assert pod["metadata"]["labels"]["streamjob.io/role"] == "driver"
     assert pod["spec"]["restartPolicy"] == "Never"
@@ -55,8 +58,11 @@ def test_credentials_only_travel_as_secret_references() -> None:
 def test_driver_role_is_namespaced_and_least_privilege() -> None:
     role = resources.driver_role(OWNER)
     assert role["kind"] == "Role" and role["metadata"]["namespace"] == "team-a"
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
-                              "verbs": resources.DRIVER_ROLE_VERBS}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "deletecollection"]},
+    ]
+    assert "spark.kubernetes.driver.ownPersistentVolumeClaim=false" in resources.pretty(resources.driver_pod(OWNER, SPEC, ACTION, RuntimeLayout()))
     binding = resources.driver_role_binding(OWNER)
     assert binding["subjects"][0]["name"] == resources.service_account_of(OWNER, SPEC)
 

@@ -17,9 +17,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from streamjob_operator.api.status import CheckpointInfo, Condition, JobMetrics, LifecycleState, ReconcileError, StreamJobStatus
+from streamjob_operator.api.status import (
+    CheckpointInfo,
+    Condition,
+    JobMetrics,
+    LifecycleState,
+    ReconcileError,
+    StorageHygiene,
+    StreamJobStatus,
+)
 
-from ..model import Event, Problem
+from ..model import Event, Problem, StorageReport
 from ..policy import fmt_time
 from .context import PROGRESS_REASON, OpKind, Pass, Phase, clip
 
@@ -27,6 +35,15 @@ ORDER = ["Ready", "Progressing", "Degraded", "Savepointing", "Reconciling", "Sta
 # states the operator leaves only on a spec or nonce change, though the spec asks for a running job
 STUCK = (LifecycleState.failed, LifecycleState.finished, LifecycleState.rolling_back)
 MOVING = (LifecycleState.deploying, LifecycleState.upgrading, LifecycleState.restarting, LifecycleState.suspending)
+
+
+def storage_hygiene(report: StorageReport | None) -> StorageHygiene | None:
+    if report is None:
+        return None
+    return StorageHygiene(
+        passes=report.passes, pruned_run_dirs=report.pruned_run_dirs, pruned_savepoint_dirs=report.pruned_savepoint_dirs,
+        last_pass_at=report.last_pass_at, last_error=clip(report.last_error) if report.last_error else None,
+    )
 
 
 def record_progress(p: Pass) -> None:
@@ -46,6 +63,7 @@ def record_progress(p: Pass) -> None:
                 rows_dropped_by_watermark=job.rows_dropped_by_watermark,
                 late_rows_dropped_total=job.late_rows_dropped_total,
                 batch_duration_ms=job.batch_duration_ms,
+                storage=storage_hygiene(job.storage),
                 observed_at=p.t(),
             )
         )
