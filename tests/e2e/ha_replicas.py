@@ -33,10 +33,14 @@ LEASE_SECONDS = 6  # renew deadline 4 s, retry period 0.8 s: a standby takes ove
 
 
 class Replica(Operator):
-    def __init__(self, testbed: TestBed, log_path: Path, lease: str, name: str, kubeconfig: Path | None = None) -> None:
+    """One operator process reaching the API server through its own Partition (uncut: a plain proxy)."""
+
+    def __init__(self, testbed: TestBed, tmp_path: Path, lease: str, name: str) -> None:
         self.port = free_port()
-        super().__init__(testbed, log_path, lease, ["--lease-seconds", str(LEASE_SECONDS),
-                                                     "--liveness", f"http://127.0.0.1:{self.port}/healthz"], kubeconfig)
+        self.partition = Partition(testbed, tmp_path, name)
+        super().__init__(testbed, tmp_path / f"operator-{name}.log", lease,
+                         ["--lease-seconds", str(LEASE_SECONDS), "--liveness", f"http://127.0.0.1:{self.port}/healthz"],
+                         self.partition.kubeconfig)
         self.name = name
 
     @property
@@ -75,12 +79,28 @@ class Replicas:
         self.lease = lease
         self.all: list[Replica] = []
 
-    def start(self, name: str, kubeconfig: Path | None = None) -> Replica:
-        replica = Replica(self.testbed, self.tmp_path / f"operator-{name}.log", self.lease, name, kubeconfig)
-        replica.start()
-        self.all.append(replica)
-        wait_for(lambda: replica.probe() == 200, 60, f"{replica}'s liveness endpoint")
-        return replica
+    def start(self, *names: str) -> list[Replica]:
+        """Starts the replicas at once (each boots in its own process) and waits for their liveness endpoints."""
+        started = [Replica(self.testbed, self.tmp_path, self.lease, name) for name in names]
+        for replica in started:
+            replica.start()
+            self.all.append(replica)
+        for replica in started:
+            wait_for(lambda: replica.probe() == 200 and "Started leader election" in replica.log(), 90,
+                     f"{replica}'s liveness endpoint")
+        return started
+
+    def live(self) -> list[Replica]:
+        return [r for r in self.all if r.exit_code() is None]
+
+    def wait_new_leader(self, old: Replica | None, timeout: float = 60) -> Replica:
+        """Another live replica holds the Lease and has started kopf; returns it."""
+        def found() -> Replica | None:
+            holder = self.holder()
+            return next((r for r in self.live() if r is not old and r.identity == holder and "Started operator" in r.log()),
+                        None)
+
+        return wait_for(found, timeout, f"a replica other than {old} to lead")
 
     def holder(self) -> str | None:
         try:
@@ -90,10 +110,6 @@ class Replicas:
             if err.status == 404:
                 return None
             raise
-
-    def wait_leader(self, replica: Replica, timeout: float = 60) -> None:
-        wait_for(lambda: self.holder() == replica.identity and "Started operator" in replica.log(), timeout,
-                 f"{replica} to lead")
 
     def wait_standby(self, replica: Replica) -> None:
         wait_for(lambda: "Waiting for leader lease" in replica.log(), 60, f"{replica} to stand by")
@@ -113,6 +129,7 @@ class Replicas:
             if replica.proc is not None and replica.proc.poll() is None:
                 replica.signal(signal.SIGCONT)
                 replica.stop()
+            replica.partition.close()
 
 
 class HealthWatch:
@@ -157,7 +174,7 @@ class HealthWatch:
 class Partition:
     """A TCP proxy on 127.0.0.1 to the API server; ``cut`` drops every byte both ways and keeps connections open."""
 
-    def __init__(self, testbed: TestBed, tmp_path: Path) -> None:
+    def __init__(self, testbed: TestBed, tmp_path: Path, name: str) -> None:
         self.upstream = ("127.0.0.1", testbed.apiserver_port)
         self.cut_off = False
         self.loop = asyncio.new_event_loop()
@@ -169,7 +186,7 @@ class Partition:
         config = yaml.safe_load(testbed.kubeconfig.read_text())
         for cluster in config["clusters"]:  # the API server's certificate names 127.0.0.1: TLS passes through unchanged
             cluster["cluster"]["server"] = f"https://127.0.0.1:{self.port}"
-        self.kubeconfig = tmp_path / "kubeconfig-through-proxy"
+        self.kubeconfig = tmp_path / f"kubeconfig-through-proxy-{name}"
         self.kubeconfig.write_text(yaml.safe_dump(config))
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -199,6 +216,10 @@ class Partition:
             self.server.close()
             for writer in self._writers:
                 writer.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(shut(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)

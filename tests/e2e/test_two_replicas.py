@@ -1,11 +1,18 @@
 """Two live operator replicas on one Lease against the test bed: one job converges whatever happens to the leader.
 
-The leader is killed (SIGKILL) after a savepoint was requested and after an
-upgrade's savepoint was requested, frozen (SIGSTOP) past its lease and thawed,
-and cut off from the API server. Each time the standby takes over and finishes
-what was started; the replica that lost the Lease exits without another write;
-never two drivers at once (DriverCounter); and every standby's liveness
-endpoint answers throughout, so a kubelet never restarts it.
+Standbys are started together with the first leader, each reaching the API
+server through its own TCP proxy (ha_replicas.Partition). The leader is then
+killed (SIGKILL), frozen (SIGSTOP) past its lease and thawed, or cut off from
+the API server, at a chosen moment: after a manual savepoint was requested,
+after an upgrade's savepoint was requested, or while the upgraded driver
+starts. Each time a standby takes over and finishes what was started; a
+replica that lost the Lease exits without another write; never two drivers at
+once (DriverCounter); and every standby's liveness endpoint answers
+throughout, so a kubelet never restarts it.
+
+The default run takes one fault of each kind (kill mid-upgrade, freeze and
+partition while the upgraded driver starts); the slow run adds every fault at
+every moment.
 """
 
 from __future__ import annotations
@@ -21,14 +28,13 @@ import pytest
 from kubernetes import client
 
 from testbed import TestBed
-from testbed.waiting import wait_for
 
-from ha_replicas import HealthWatch, Partition, Replica, Replicas
+from ha_replicas import HealthWatch, Replica, Replicas
 from streamjob_e2e import IMAGE, DriverCounter, Jobs, assert_exactly_once, output_values, rate_job, savepoint_manifest
 
-NEW_IMAGE = IMAGE.replace("0.1.0", "0.1.1")
 WRITES = ("Created driver pod", "Deleted driver pod", "Triggered savepoint", "Recorded event", "Created token secret",
           "Pruned savepoint", "Cleared reconcile error")
+KILL, FREEZE, CUT = "kill", "freeze", "cut"
 
 
 @pytest.fixture
@@ -50,95 +56,97 @@ def health() -> Iterator[HealthWatch]:
     assert not watch.failures, watch.failures
 
 
-@pytest.fixture
-def partition(testbed: TestBed, tmp_path: Path) -> Iterator[Partition]:
-    proxy = Partition(testbed, tmp_path)
-    yield proxy
-    proxy.close()
-
-
 def requested(kind: str) -> Any:
     """The operation of this kind has asked the driver for its savepoint (the id is recorded)."""
     return lambda st: (st.get("operation") or {}).get("kind") == kind and bool((st.get("operation") or {}).get("triggerId"))
 
 
-def manual_savepoint_after(previous: str | None) -> Any:
-    return lambda st: ((st.get("lastSavepoint") or {}).get("trigger") == "manual"
-                       and st["lastSavepoint"]["path"] != previous and st.get("operation") is None)
-
-
-def standby(replicas: Replicas, health: HealthWatch, name: str, kubeconfig: Path | None = None) -> Replica:
-    replica = replicas.start(name, kubeconfig)
-    health.watch(replica)
-    replicas.wait_standby(replica)
-    return replica
-
-
-def take_over(replicas: Replicas, health: HealthWatch, old: Replica, new: Replica, how: signal.Signals) -> None:
-    health.unwatch(old)
-    old.signal(how)
-    replicas.wait_leader(new)
-
-
 def assert_no_write_after(log: str, mark: int) -> None:
-    after = log[mark:]
-    written = [line for line in after.splitlines() if any(w in line for w in WRITES)]
+    written = [line for line in log[mark:].splitlines() if any(w in line for w in WRITES)]
     assert not written, f"the replica wrote after losing the Lease: {written}"
 
 
-def test_two_replicas_converge_through_kills_a_freeze_and_a_partition_of_the_leader(
-    testbed: TestBed, replicas: Replicas, health: HealthWatch, partition: Partition, jobs: Jobs, drivers: DriverCounter,
-    s3_secret: str, s3: Any, namespace: str,
-) -> None:
-    """One job, two Spark starts: the freeze and the partition happen while the upgraded driver starts."""
-    a = replicas.start("a")
-    health.watch(a)
-    replicas.wait_leader(a)
-    b = standby(replicas, health, "b")
+def fail_leader(replicas: Replicas, health: HealthWatch, old: Replica, fault: str) -> Replica:
+    """Kills, freezes (then thaws) or cuts off the leader; returns the standby that took over."""
+    health.unwatch(old)
+    mark = len(old.log())
+    if fault == KILL:
+        old.signal(signal.SIGKILL)
+        return replicas.wait_new_leader(old)
+    if fault == FREEZE:
+        old.signal(signal.SIGSTOP)
+        new = replicas.wait_new_leader(old)
+        mark = len(old.log())
+        old.signal(signal.SIGCONT)  # it wakes past its deadline: it must step down before any write
+    else:
+        old.partition.cut()
+        new = replicas.wait_new_leader(old)
+    assert_no_write_after(replicas.wait_stepped_down(old, timeout=30), mark)
+    assert replicas.holder() == new.identity
+    return new
+
+
+def converge_through(faults: list[tuple[str, str]], testbed: TestBed, replicas: Replicas, health: HealthWatch, jobs: Jobs,
+                     s3: Any, namespace: str) -> None:
+    """Runs one job and applies each (moment, fault) to the leader of the moment, in order."""
+    started = replicas.start(*"abcdefghij"[:len(faults) + 1])  # one replica for each fault, and one to finish
+    for replica in started:
+        health.watch(replica)
+    leader = replicas.wait_new_leader(None)
+    for replica in started:
+        if replica is not leader:
+            replicas.wait_standby(replica)
 
     prefix = f"e2e/{namespace}/ha"
     jobs.apply(rate_job("ha", testbed, prefix=prefix))
     jobs.wait_ready("ha", driverPod="ha-driver-1")
     jobs.wait("ha", "a completed checkpoint", lambda st: (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 1)
+    driver, image, manual = 1, IMAGE, None
+    for n, (moment, fault) in enumerate(faults, start=1):
+        if moment == "mid-savepoint":
+            jobs.patch("ha", {"savepointNonce": n})
+            jobs.wait("ha", "the manual savepoint requested", requested("savepoint"))
+        elif moment == "mid-upgrade":
+            driver, image = driver + 1, IMAGE.replace("0.1.0", f"0.1.{n}")
+            jobs.patch("ha", {"image": image})
+            jobs.wait("ha", "the upgrade's savepoint requested", requested("upgrade"))
+        leader = fail_leader(replicas, health, leader, fault)
+        if moment == "mid-savepoint":
+            done = jobs.wait("ha", "the manual savepoint completed by the new leader",
+                             lambda st: ((st.get("lastSavepoint") or {}).get("trigger") == "manual"
+                                         and st["lastSavepoint"]["path"] != manual and st.get("operation") is None),
+                             timeout=120)
+            manual = done["lastSavepoint"]["path"]
+            assert savepoint_manifest(s3, manual) is not None
+        elif moment == "mid-upgrade":
+            jobs.wait("ha", "the upgraded driver created by the new leader",
+                      lambda st: st.get("driverPod") == f"ha-driver-{driver}", timeout=120)
 
-    # SIGKILL mid-savepoint: the request is recorded; b finds it in status and finishes it
-    jobs.patch("ha", {"savepointNonce": 1})
-    jobs.wait("ha", "the manual savepoint requested", requested("savepoint"), timeout=60)
-    take_over(replicas, health, a, b, signal.SIGKILL)
-    manual = jobs.wait("ha", "the manual savepoint completed by b", manual_savepoint_after(None), timeout=120)["lastSavepoint"]
-    assert savepoint_manifest(s3, manual["path"]) is not None
-
-    # SIGKILL mid-upgrade, after the upgrade's savepoint was requested: c carries the upgrade on
-    c = standby(replicas, health, "c")
-    jobs.patch("ha", {"image": NEW_IMAGE})
-    jobs.wait("ha", "the upgrade's savepoint requested", requested("upgrade"), timeout=60)
-    take_over(replicas, health, b, c, signal.SIGKILL)
-    jobs.wait("ha", "the upgraded driver created by c", lambda st: st.get("driverPod") == "ha-driver-2", timeout=120)
-
-    # SIGSTOP past the lease while the new driver starts: d takes over; c, thawed, steps down without a single write
-    d = standby(replicas, health, "d")
-    take_over(replicas, health, c, d, signal.SIGSTOP)
-    mark = len(c.log())
-    c.signal(signal.SIGCONT)
-    assert_no_write_after(replicas.wait_stepped_down(c), mark)
-    assert replicas.holder() == d.identity
-
-    # a partition: e reaches the API server only through the proxy; once e leads, the proxy is cut and f takes over
-    e = standby(replicas, health, "e", kubeconfig=partition.kubeconfig)
-    take_over(replicas, health, d, e, signal.SIGKILL)
-    f = standby(replicas, health, "f")
-    health.unwatch(e)
-    mark = len(e.log())
-    partition.cut()
-    replicas.wait_leader(f)
-    assert_no_write_after(replicas.wait_stepped_down(e, timeout=30), mark)
-
-    upgraded = jobs.wait_ready("ha", driverPod="ha-driver-2")
-    assert upgraded["lastSavepoint"]["trigger"] == "upgrade" and upgraded["restoredFrom"] == upgraded["lastSavepoint"]["path"]
-    assert json.loads(upgraded["lastStableSpec"])["image"] == NEW_IMAGE
-    assert upgraded["totalRestarts"] == 0 and upgraded.get("reconcileError") is None
-    assert "UpgradeCompleted" in jobs.reasons("ha")
-    jobs.wait("ha", "progress after the upgrade",
-              lambda st: st["lastCheckpoint"]["batchId"] > upgraded["lastSavepoint"]["batchId"] + 1)
+    final = jobs.wait_ready("ha", driverPod=f"ha-driver-{driver}")
+    assert json.loads(final["lastStableSpec"])["image"] == image
+    assert final["totalRestarts"] == 0 and final.get("reconcileError") is None
+    if driver > 1:
+        assert final["lastSavepoint"]["trigger"] == "upgrade" and final["restoredFrom"] == final["lastSavepoint"]["path"]
+        assert "UpgradeCompleted" in jobs.reasons("ha")
+    jobs.wait("ha", "progress after the last fault",
+              lambda st: st["lastCheckpoint"]["batchId"] > final["lastCheckpoint"]["batchId"] + 1)
     assert health.probes > 0
     assert_exactly_once(output_values(s3, prefix))  # the output committed so far (the sink's log is complete per batch)
+
+
+def test_two_replicas_converge_through_a_kill_mid_upgrade_then_a_freeze_and_a_partition_of_the_leader(
+    testbed: TestBed, replicas: Replicas, health: HealthWatch, jobs: Jobs, drivers: DriverCounter, s3_secret: str, s3: Any,
+    namespace: str,
+) -> None:
+    faults = [("mid-upgrade", KILL), ("driver-starting", FREEZE), ("driver-starting", CUT)]
+    converge_through(faults, testbed, replicas, health, jobs, s3, namespace)
+
+
+@pytest.mark.slow
+def test_two_replicas_converge_through_every_fault_at_every_moment(
+    testbed: TestBed, replicas: Replicas, health: HealthWatch, jobs: Jobs, drivers: DriverCounter, s3_secret: str, s3: Any,
+    namespace: str,
+) -> None:
+    faults = [(moment, fault) for moment in ("mid-savepoint", "mid-upgrade") for fault in (KILL, FREEZE, CUT)]
+    converge_through(faults + [("driver-starting", FREEZE), ("driver-starting", CUT)], testbed, replicas, health, jobs, s3,
+                     namespace)
