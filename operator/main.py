@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from streamjob_operator.k8s.lease import LeaderElector
 
 log = logging.getLogger("streamjob_operator")
+KOPF_ANSWER_SECONDS = 3  # the leader is live while kopf's event loop answers within this (the chart's probe timeout is above)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,14 +142,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _live(elector: LeaderElector | None, loop: asyncio.AbstractEventLoop) -> bool:
-    """The election loop goes round and, on the leader, kopf's event loop answers within 3 s."""
+    """The election loop goes round and, on the leader, kopf's event loop answers within KOPF_ANSWER_SECONDS."""
     if elector is not None and not elector.alive():
         return False
     if not loop.is_running():  # kopf not started (a standby) or stopping
         return True
     answer = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop)
     try:
-        answer.result(timeout=3)
+        answer.result(timeout=KOPF_ANSWER_SECONDS)
     except Exception:
         answer.cancel()
         return False

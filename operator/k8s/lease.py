@@ -104,7 +104,12 @@ class LeaderElector:
         with self._lock:
             if self._released or self._lost:
                 return
-            self._until = leading_until(sent, self.timings)
+            late = self._until is not None and sent >= self._until
+            if not late:
+                self._until = leading_until(sent, self.timings)
+        if late:  # a leader thawed past its deadline renews in time only in luck: it stops as client-go does
+            self._step_down("the renew deadline passed before this renewal was sent")
+            return
         self._leading.set()
 
     def _step_down(self, why: str) -> None:

@@ -27,8 +27,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from streamjob_operator.health import READINESS_PATH, parse_endpoint
+from streamjob_operator.k8s.lease_rules import Timings
+from streamjob_operator.main import KOPF_ANSWER_SECONDS, build_parser
 from testbed import TestBed
 
+from test_chart_networkpolicy import render
 from ha_replicas import HealthWatch, Replica, Replicas
 from streamjob_e2e import IMAGE, DriverCounter, Jobs, assert_exactly_once, output_values, rate_job, savepoint_manifest
 
@@ -150,3 +154,19 @@ def test_two_replicas_converge_through_every_fault_at_every_moment(
     faults = [(moment, fault) for moment in ("mid-savepoint", "mid-upgrade") for fault in (KILL, FREEZE, CUT)]
     converge_through(faults + [("driver-starting", FREEZE), ("driver-starting", CUT)], testbed, replicas, health, jobs, s3,
                      namespace)
+
+
+def test_the_chart_probes_what_every_replica_serves_from_its_start() -> None:
+    """The chart's probes hit the endpoints the operator serves from process start (standby included, as the test
+    above shows), its liveness timeout leaves room for the kopf check, and its lease timings are accepted."""
+    (deployment,) = [d for d in render("replicas=2") if d["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["args"])
+    host, port, live_path = parse_endpoint(args.liveness)
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["health"] == port
+    for probe, path in (("startupProbe", live_path), ("livenessProbe", live_path), ("readinessProbe", READINESS_PATH)):
+        assert container[probe]["httpGet"] == {"path": path, "port": "health"}, (probe, container[probe])
+    assert container["livenessProbe"]["timeoutSeconds"] > KOPF_ANSWER_SECONDS
+    timings = Timings.derive(args.lease_seconds, args.renew_deadline_seconds, args.retry_period_seconds)
+    assert (timings.lease_seconds, timings.renew_deadline, timings.retry_period) == (15, 10, 2)

@@ -131,6 +131,21 @@ def test_the_fence_lets_a_leader_write_until_its_deadline_then_steps_down_instea
     assert not e.leading()
 
 
+def test_a_renewal_sent_after_the_deadline_steps_down_instead_of_extending_it() -> None:
+    """A leader frozen past its renew deadline whose election thread wakes first and renews (nobody took over yet):
+    it was not entitled to act in between, so it steps down rather than carry on."""
+    clock, lost = FakeClock(), []
+    e = elector(clock, lost)
+    e._renewed(sent=clock.now)
+    clock.now += 9.0
+    e._renewed(sent=clock.now)  # in time: the deadline moves to 10 s after this send
+    clock.now += 10.0
+    e._renewed(sent=clock.now)  # sent exactly at the deadline: too late
+    assert not e.leading() and len(lost) == 1 and "before this renewal was sent" in lost[0]
+    with pytest.raises(NotLeading):
+        e.ensure_leading()
+
+
 def test_a_released_leader_refuses_writes_without_stepping_down() -> None:
     clock, lost = FakeClock(), []
     e = elector(clock, lost)
