@@ -150,6 +150,16 @@ def test_kubectl_streamjob_drives_a_real_job(
     assert resumed["restoredFrom"] == suspended["lastSavepoint"]["path"]
     assert [h["trigger"] for h in json.loads(k.ok(*sj, "history", "plug", "-o", "json"))][:2] == ["suspend", "manual"]
 
+    # restart --wait: a new driver from the latest checkpoint (not a savepoint), reported once it is ready
+    before = jobs.status("plug")["lastCheckpoint"]["batchId"]
+    restarted = k.run(*sj, "restart", "plug", "--wait")
+    assert restarted.returncode == 0, restarted
+    assert "restart requested (restartNonce=1)" in restarted.stderr and "Running on plug-driver-3" in restarted.stderr
+    after = jobs.status("plug")
+    assert after["state"] == "Running" and after["ready"] and after["driverPod"] == "plug-driver-3"
+    assert after["lastRestartNonce"] == 1 and after["restoredFrom"] == resumed["restoredFrom"]  # no new savepoint
+    assert after["lastCheckpoint"]["batchId"] >= before
+
     # errors name the job and the namespace; exit codes as documented
     for command in (("status", "nope"), ("savepoint", "nope", "--wait"), ("logs", "nope"), ("history", "nope")):
         missing = k.run(*sj, *command)
@@ -162,4 +172,4 @@ def test_kubectl_streamjob_drives_a_real_job(
         print(shown)  # seen with -s: what people get
     # no command printed the S3 secret
     assert not [out for out in k.outputs if testbed.s3.secret_key in out]
-    assert [p.metadata.name for p in jobs.driver_pods("plug")] == ["plug-driver-2"]
+    assert [p.metadata.name for p in jobs.driver_pods("plug")] == ["plug-driver-3"]
