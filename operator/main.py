@@ -116,8 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             health = HealthServer(args.liveness, live=lambda: _live(elector, loop),
                                   ready=lambda: elector is None or elector.leading() or elector.connected())
-        except (HealthError, OSError) as err:
+        except HealthError as err:
             parser.error(str(err))
+        except OSError as err:  # e.g. the port is taken: say which flag and address
+            parser.error(f"--liveness: cannot listen on {args.liveness}: {err}")
         health.start()
         log.info("Serving health liveness=%s%s readiness=%s/readyz", health.address, health.path, health.address)
     if elector is not None:
