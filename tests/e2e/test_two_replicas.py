@@ -131,7 +131,8 @@ def converge_through(faults: list[tuple[str, str]], testbed: TestBed, replicas: 
     assert final["totalRestarts"] == 0 and final.get("reconcileError") is None
     if driver > 1:
         assert final["lastSavepoint"]["trigger"] == "upgrade" and final["restoredFrom"] == final["lastSavepoint"]["path"]
-        assert "UpgradeCompleted" in jobs.reasons("ha")
+        # no check of the UpgradeCompleted event: events are information, sent after the status write, and one
+        # from a leader that stepped down between the two is fenced off (at most once); the status above is the proof
     jobs.wait("ha", "progress after the last fault",
               lambda st: st["lastCheckpoint"]["batchId"] > final["lastCheckpoint"]["batchId"] + 1)
     assert health.probes > 0
