@@ -31,6 +31,7 @@ from streamjob_operator.health import READINESS_PATH, parse_endpoint
 from streamjob_operator.k8s.lease_rules import Timings
 from streamjob_operator.main import KOPF_ANSWER_SECONDS, build_parser
 from testbed import TestBed
+from testbed.waiting import wait_for
 
 from test_chart_networkpolicy import render
 from ha_replicas import HealthWatch, Replica, Replicas
@@ -131,8 +132,8 @@ def converge_through(faults: list[tuple[str, str]], testbed: TestBed, replicas: 
     assert final["totalRestarts"] == 0 and final.get("reconcileError") is None
     if driver > 1:
         assert final["lastSavepoint"]["trigger"] == "upgrade" and final["restoredFrom"] == final["lastSavepoint"]["path"]
-        # no check of the UpgradeCompleted event: events are information, sent after the status write, and one
-        # from a leader that stepped down between the two is fenced off (at most once); the status above is the proof
+        # the event is sent after the status write of the same pass: poll for it
+        wait_for(lambda: "UpgradeCompleted" in jobs.reasons("ha"), 60, "the UpgradeCompleted event")
     jobs.wait("ha", "progress after the last fault",
               lambda st: st["lastCheckpoint"]["batchId"] > final["lastCheckpoint"]["batchId"] + 1)
     assert health.probes > 0
