@@ -19,8 +19,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
+
+from job_runtime.httpserve import BoundedHandler, BoundedHTTPServer
 
 log = logging.getLogger(__name__)
 
@@ -47,29 +48,25 @@ class HealthServer:
         host, port, self.path = parse_endpoint(url)
         checks = {self.path: live, READINESS_PATH: ready}
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(BoundedHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 check = checks.get(self.path.split("?", 1)[0])
                 if check is None:
-                    self.send_error(404)
+                    self.send(404, b"not found\n", "text/plain")
                     return
                 try:
                     ok = check()
                 except Exception as err:  # a check that fails to run is a failing check
                     log.warning("Failed health check path=%s error=%s", self.path, err)
                     ok = False
-                body = b"ok\n" if ok else b"unhealthy\n"
-                self.send_response(200 if ok else 503)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.send(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n", "text/plain")
 
             def log_message(self, *_: object) -> None:  # probes every few seconds: not worth a log line each
                 pass
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        # the same limits as the driver's control endpoint: the health port is reachable by anyone the
+        # pod network lets in, and a client holding connections must not starve the kubelet's probes
+        self.server = BoundedHTTPServer((host, port), Handler)
         self.address = f"http://{host}:{self.server.server_address[1]}"
 
     def start(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
@@ -31,3 +32,39 @@ def test_a_taken_port_names_the_flag_and_the_address(capsys: pytest.CaptureFixtu
             main(["--liveness", url, "--no-leader-election"])
     assert exit_.value.code == 2
     assert f"--liveness: cannot listen on {url}" in capsys.readouterr().err
+
+
+def test_clients_holding_connections_cannot_take_the_probes_threads() -> None:
+    """The health port has the control endpoint's bound (job_runtime.httpserve): one more is refused at once."""
+    import urllib.error
+    import urllib.request
+
+    from job_runtime.httpserve import MAX_CONNECTIONS
+    from streamjob_operator.health import HealthServer
+
+    def probe(url: str) -> int:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    server = HealthServer("http://127.0.0.1:0/healthz", live=lambda: True, ready=lambda: False)
+    server.start()
+    held: list[socket.socket] = []
+    try:
+        assert probe(f"{server.address}/healthz") == 200
+        assert probe(f"{server.address}/readyz") == 503
+        host, port = server.server.server_address[:2]
+        held = [socket.create_connection((str(host), int(port)), timeout=10) for _ in range(MAX_CONNECTIONS)]
+        assert probe(f"{server.address}/healthz") == 503  # the bound's refusal, not the check's answer
+        for s in held:
+            s.close()
+        deadline = time.monotonic() + 15  # the server sees the closes as its threads read EOF
+        while (code := probe(f"{server.address}/healthz")) != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert code == 200, "the health endpoint did not serve again once the held connections were closed"
+    finally:
+        for s in held:
+            s.close()
+        server.stop()
