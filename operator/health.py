@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from job_runtime.httpserve import BoundedHandler, BoundedHTTPServer
 
@@ -33,14 +32,20 @@ class HealthError(ValueError):
 
 
 def parse_endpoint(url: str) -> tuple[str, int, str]:
-    """``http://HOST:PORT/PATH`` -> (host, port, path); raises HealthError naming --liveness."""
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname or parts.port is None:
+    """``http://HOST:PORT/PATH`` -> (host, port, path); raises HealthError naming --liveness.
+
+    HOST may be an IPv6 address with or without brackets: the chart passes ``$(POD_IP)``,
+    which Kubernetes gives unbracketed on an IPv6 cluster (as for ``--metrics-address``).
+    """
+    hostport, slash, rest = url.removeprefix("http://").partition("/")
+    host, _, port = hostport.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not url.startswith("http://") or not host or not port.isdigit() or int(port) > 65535:
         raise HealthError(f"--liveness: expected http://HOST:PORT/PATH, e.g. http://0.0.0.0:8080/healthz (got {url!r})")
-    path = parts.path or "/healthz"
+    path = "/" + rest if slash else "/healthz"
     if path == READINESS_PATH:
         raise HealthError(f"--liveness: {READINESS_PATH} is the readiness path; choose another (got {url!r})")
-    return parts.hostname, parts.port, path
+    return host, int(port), path
 
 
 class HealthServer:
@@ -67,7 +72,7 @@ class HealthServer:
         # the same limits as the driver's control endpoint: the health port is reachable by anyone the
         # pod network lets in, and a client holding connections must not starve the kubelet's probes
         self.server = BoundedHTTPServer((host, port), Handler)
-        self.address = f"http://{host}:{self.server.server_address[1]}"
+        self.address = f"http://{f'[{host}]' if ':' in host else host}:{self.server.server_address[1]}"
 
     def start(self) -> None:
         threading.Thread(target=self.server.serve_forever, name="health", daemon=True).start()

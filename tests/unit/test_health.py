@@ -23,6 +23,16 @@ def test_a_liveness_url_that_cannot_be_served_is_refused(url: str, why: str) -> 
     assert why in str(err.value)
 
 
+@pytest.mark.parametrize("url, parsed", [
+    pytest.param("http://10.1.2.3:8080/healthz", ("10.1.2.3", 8080, "/healthz"), id="IPv4 pod IP"),
+    pytest.param("http://fd00:10:244::5:8080/healthz", ("fd00:10:244::5", 8080, "/healthz"), id="IPv6 pod IP as the chart passes it"),
+    pytest.param("http://[::1]:8080/live", ("::1", 8080, "/live"), id="bracketed IPv6"),
+    pytest.param("http://0.0.0.0:8080", ("0.0.0.0", 8080, "/healthz"), id="no path"),
+])
+def test_liveness_urls_parse_with_ipv4_and_ipv6_hosts(url: str, parsed: tuple[str, int, str]) -> None:
+    assert parse_endpoint(url) == parsed
+
+
 def test_a_taken_port_names_the_flag_and_the_address(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
