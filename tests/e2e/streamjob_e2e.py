@@ -54,26 +54,32 @@ def _established(ext: client.ApiextensionsV1Api) -> bool:
     return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
 
 
+# renew deadline 4 s, retry period 0.8 s: a standby takes over about 6-7 s after the last renewal
+LEASE_SECONDS = 6
+
+
 class Operator:
     """`streamjob-operator` as a subprocess; kill() is SIGKILL, like a crashed pod."""
 
-    def __init__(self, testbed: TestBed, log_path: Path, lease: str, extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, testbed: TestBed, log_path: Path, lease: str, extra_args: Sequence[str] = (),
+                 kubeconfig: Path | None = None) -> None:
         self.testbed = testbed
         self.log_path = log_path
         self.lease = lease
         self.extra_args = list(extra_args)
+        self.kubeconfig = kubeconfig or testbed.kubeconfig
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         env = dict(os.environ)
-        env["KUBECONFIG"] = str(self.testbed.kubeconfig)
+        env["KUBECONFIG"] = str(self.kubeconfig)
         env.pop("PYTHONPATH", None)
         exe = Path(sys.executable).with_name("streamjob-operator")
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 # the driver script is the image's /opt/streamjob/driver.py (the default)
                 [str(exe), "--lease-namespace", "default", "--lease-name", self.lease,
-                 "--lease-seconds", "6", "-v", *self.extra_args],
+                 "--lease-seconds", str(LEASE_SECONDS), "-v", *self.extra_args],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )
 
@@ -139,6 +145,11 @@ def rate_job(name: str, testbed: TestBed, *, prefix: str, storage: str = "s3", *
             }
         },
     }
+    if storage != "s3":  # a file:// checkpoint needs a lasting volume mounted at it (hostPath: the test bed's disk)
+        body["podTemplate"] = {"spec": {
+            "containers": [{"name": "main", "volumeMounts": [{"name": "state", "mountPath": prefix}]}],
+            "volumes": [{"name": "state", "hostPath": {"path": prefix, "type": "DirectoryOrCreate"}}],
+        }}
     for key, value in spec.items():
         if isinstance(value, dict) and isinstance(body.get(key), dict):
             body[key] = {**body[key], **value}
