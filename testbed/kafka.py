@@ -104,8 +104,12 @@ class KafkaBroker:
 
 
 def cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding; never starting with
+    "-", which kafka-storage's argument parser takes for an option (as Kafka's own Uuid avoids)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
 
 
 def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, preferred_port: int | None = None) -> KafkaBroker:
