@@ -102,6 +102,15 @@ class KafkaBroker:
     def stop(self) -> None:
         self.process.stop(timeout=30)
 
+    def restart(self, timeout: float = 180.0) -> None:
+        """Starts the stopped broker again: same command, ports and log directory (its topics,
+        committed offsets and transactions survive), ready when it serves the protocol."""
+        if self.process.alive():
+            raise ComponentError(f"kafka broker {self.bootstrap} is still running: stop() it first")
+        self.process = ManagedProcess("kafka", self.process.argv, self.log_path)
+        _wait_serving(self.process, self.bootstrap, timeout)
+        log.info("Restarted Kafka broker bootstrap=%s", self.bootstrap)
+
 
 def cluster_id() -> str:
     """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding; never starting with
@@ -146,18 +155,20 @@ def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, prefe
         return ManagedProcess("kafka", argv, log_path)
 
     def ready(proc: ManagedProcess) -> None:
-        bootstrap = f"127.0.0.1:{chosen['broker']}"
-
-        def serving() -> bool:
-            metadata = admin_client(bootstrap, quiet=True).list_topics(timeout=5)
-            return len(metadata.brokers) == 1
-
-        proc.wait_ready(serving, timeout, "serving the Kafka protocol")
+        _wait_serving(proc, f"127.0.0.1:{chosen['broker']}", timeout)
 
     proc = start_with_port_retry(start, ready)
     broker = KafkaBroker(proc, f"127.0.0.1:{chosen['broker']}", log_path)
     log.info("Started Kafka broker bootstrap=%s", broker.bootstrap)
     return broker
+
+
+def _wait_serving(proc: ManagedProcess, bootstrap: str, timeout: float) -> None:
+    def serving() -> bool:
+        metadata = admin_client(bootstrap, quiet=True).list_topics(timeout=5)
+        return len(metadata.brokers) == 1
+
+    proc.wait_ready(serving, timeout, "serving the Kafka protocol")
 
 
 def log_tail(broker: KafkaBroker) -> str:
