@@ -243,9 +243,10 @@ class ExactlyOnceKafkaWriter:
                 self._produce(producer, row["topic"], row["key"], row["value"], headers)
                 count += 1
             marker = [TopicPartition(self.kafka.topic, MARKER_PARTITION, batch_id + 1, Marker(batch_id, digest).metadata())]
-            producer.send_offsets_to_transaction(marker, self._marker_consumer.consumer_group_metadata())
+            timeout = self.kafka.transaction_timeout_ms / 1000  # the broker aborts it then anyway
+            producer.send_offsets_to_transaction(marker, self._marker_consumer.consumer_group_metadata(), timeout)
             testhooks.reached("kafka-before-commit")
-            producer.commit_transaction()
+            producer.commit_transaction(timeout)
         except KafkaException as err:
             self._abort()
             raise KafkaSinkError(f"sink.kafka ({self._where()}): batch {batch_id} not published: {err.args[0]}") from None

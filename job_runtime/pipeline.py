@@ -14,7 +14,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from job_runtime.jobdef import EventTime, FileFormat, JobDefinitionError, Pipeline, Sink, SinkKind, Source, SourceKind, Transform
+from job_runtime.jobdef import (
+    EventTime, FileFormat, JobDefinition, JobDefinitionError, Pipeline, Sink, SinkKind, Source, SourceKind, Transform,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -124,6 +126,29 @@ class BatchDirectoryWriter:
     def __call__(self, batch: "DataFrame", batch_id: int) -> None:
         batch.write.mode("overwrite").format(self.file_format.value).options(**self.options).save(self.target(batch_id))
         log.debug("wrote batch batchId=%s path=%s", batch_id, self.target(batch_id))
+
+
+def kafka_endpoints(job: JobDefinition) -> list[str]:
+    """The job's Kafka sources and sink, each with its brokers and topic, for error messages."""
+    sources = job.pipeline.sources if job.pipeline else job.sources or []
+    sink = job.pipeline.sink if job.pipeline else job.sink
+    found = []
+    for source in sources:
+        if source.kind == SourceKind.kafka:
+            opts = source.options
+            topic = opts.get("subscribe") or opts.get("subscribePattern") or opts.get("assign")
+            found.append(f"kafka source {source.name!r}: brokers {opts.get('kafka.bootstrap.servers')} topic {topic}")
+    if sink is not None and sink.kafka is not None:
+        found.append(f"kafka sink: brokers {sink.kafka.bootstrap_servers} topic {sink.kafka.topic}")
+    return found
+
+
+def kafka_context(job: JobDefinition, error: str) -> str:
+    """" (kafka source ...; kafka sink ...)" when a query failure is Kafka's, else ""."""
+    endpoints = kafka_endpoints(job)
+    if not endpoints or "kafka" not in error.lower():
+        return ""
+    return f" ({'; '.join(endpoints)})"
 
 
 def sink_writer(df: "DataFrame", sink: Sink, identity: "SinkIdentity | None" = None) -> "DataStreamWriter":

@@ -38,10 +38,11 @@ def topics(broker: Any) -> tuple[str, str]:
     return broker.create_topic(f"events-{suffix}"), broker.create_topic(f"windows-{suffix}", partitions=2)
 
 
-def kafka_job(broker: Any, source: str, target: str, path: Path, **sink: Any) -> Path:
+def kafka_job(broker: Any, source: str, target: str, path: Path, source_options: dict[str, str] | None = None, **sink: Any) -> Path:
     """kafka_windows.yaml pointed at the test's broker and topics, written to `path`."""
     job = yaml.safe_load((EXAMPLES / "kafka_windows.yaml").read_text())
-    job["pipeline"]["sources"][0]["options"].update({"kafka.bootstrap.servers": broker.bootstrap, "subscribe": source})
+    options = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": source, **(source_options or {})}
+    job["pipeline"]["sources"][0]["options"].update(options)
     job["pipeline"]["sink"]["kafka"].update({"bootstrapServers": broker.bootstrap, "topic": target, **sink})
     path.write_text(json.dumps(job))
     return path

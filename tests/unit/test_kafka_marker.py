@@ -38,3 +38,25 @@ def test_a_marker_without_a_digest_matches_no_batch() -> None:
     legacy = Marker.parse(6, "")
     assert legacy is not None and legacy.batch_id == 5
     assert legacy != Marker(5, batch_input_digest(OFFSETS_5, OFFSETS_4))
+
+
+def test_a_failed_query_names_the_python_sink_error_and_the_kafka_endpoints() -> None:
+    from job_runtime.jobdef import parse_job_definition
+    from job_runtime.pipeline import kafka_context
+    from job_runtime.runner import _describe
+
+    wrapped = (
+        "An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
+        '  File "kafka_sink.py", line 1, in __call__\n    raise KafkaSinkError(...)\n'
+        "job_runtime.kafka_sink.KafkaSinkError: sink.kafka (brokers b:9092 topic out): batch 2 not published: timed out\n"
+    )
+    assert _describe(RuntimeError(wrapped)).startswith("job_runtime.kafka_sink.KafkaSinkError: sink.kafka (brokers b:9092")
+    assert _describe(RuntimeError("plain failure\nat line 2")) == "plain failure"
+    job = parse_job_definition({"pipeline": {
+        "sources": [{"name": "events", "kind": "kafka", "options": {"kafka.bootstrap.servers": "b:9092", "subscribe": "in"}}],
+        "sink": {"kind": "kafka", "kafka": {"bootstrapServers": "b:9092", "topic": "out"}},
+    }})
+    assert kafka_context(job, "org.apache.kafka.common.errors.TimeoutException") == (
+        " (kafka source 'events': brokers b:9092 topic in; kafka sink: brokers b:9092 topic out)"
+    )
+    assert kafka_context(job, "division by zero") == ""
