@@ -255,9 +255,11 @@ the wait for the next trigger, the batch, then the commit. With Spark's writer i
 visible once acknowledged, within the batch.
 
 Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()},
-Spark {pyspark.__version__}, `local[2]`. Measured {datetime.now(timezone.utc):%Y-%m-%d}. The machine was
-shared with other work while this ran, so absolute figures are noisy; the alternating
-runs are what make the ratio fair.
+Spark {pyspark.__version__}, `local[2]`. Measured {datetime.now(timezone.utc):%Y-%m-%d}, load average at the end
+{os.getloadavg()[0]:.1f} (1 min) / {os.getloadavg()[2]:.1f} (15 min). The machine was shared with other
+work while this ran, so absolute figures are noisy; the alternating runs are what make the
+ratio fair, and when the runs of one mode spread more than the two modes differ, read the
+ratio as "no measurable difference", not as one mode being faster.
 
 Reproduce (after `bash scripts/bootstrap.sh && source .streamjob-env`):
 

@@ -117,6 +117,7 @@ def test_a_kafka_job_with_sasl_from_a_secret_runs_exactly_once_under_the_operato
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # three driver starts, two savepoints and a repartition on a loaded machine
 def test_a_kafka_job_upgrades_and_repartitions_through_the_operator_exactly_once(
     testbed: TestBed, operator: Operator, jobs: Jobs, drivers: DriverCounter, s3_secret: str, kafka_broker: Any,
     namespace: str, core_v1: client.CoreV1Api,
