@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from job_runtime import testhooks
+from job_runtime import kafka_auth, testhooks
 from job_runtime.jobdef import Delivery, KafkaSink
 
 if TYPE_CHECKING:
@@ -166,7 +166,8 @@ class ExactlyOnceKafkaWriter:
         return f"brokers {self.kafka.bootstrap_servers} topic {self.kafka.topic}"
 
     def _client_conf(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.kafka.bootstrap_servers}
+        # SASL credentials from the driver's environment (job_runtime.kafka_auth), never logged
+        return {"bootstrap.servers": self.kafka.bootstrap_servers, **kafka_auth.client_conf(self.kafka.sasl, "sink", "sink.kafka")}
 
     def _ensure_clients(self) -> None:
         from confluent_kafka import Consumer, KafkaException, Producer
@@ -290,5 +291,6 @@ def kafka_writer(df: "DataFrame", kafka: KafkaSink, output_mode: str, identity: 
         return (
             shaped.writeStream.outputMode(output_mode).format("kafka")
             .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("topic", kafka.topic)
+            .options(**kafka_auth.spark_options(kafka.sasl, "sink", "sink.kafka"))
         )
     return df.writeStream.outputMode(output_mode).foreachBatch(ExactlyOnceKafkaWriter(kafka, identity))

@@ -56,7 +56,14 @@ def open_source(spark: "SparkSession", source: Source, where: str) -> "DataFrame
                 "(org.apache.spark:spark-sql-kafka-0-10) on the classpath; it is not there: "
                 "add it to the image or to $STREAMJOB_JARS_DIR"
             )
-        return reader.format("kafka").options(**source.options).load()
+        options = dict(source.options)
+        if source.sasl is not None:
+            from job_runtime import kafka_auth
+
+            role = f"source.{source.name}"
+            kafka_auth.check(options.get("kafka.bootstrap.servers", ""), source.sasl, role, where)
+            options.update(kafka_auth.spark_options(source.sasl, role, where))  # in memory only, never logged
+        return reader.format("kafka").options(**options).load()
     assert source.format is not None and source.path is not None and source.schema_ is not None  # the model's rule
     try:
         return reader.format(source.format.value).schema(source.schema_).options(**source.options).load(source.path)
@@ -161,6 +168,10 @@ def sink_writer(df: "DataFrame", sink: Sink, identity: "SinkIdentity | None" = N
         assert sink.kafka is not None  # the model's rule
         if identity is None:
             raise JobDefinitionError("sink.kafka: the Kafka sink needs the job's namespace, name and checkpoint")
+        if sink.kafka.sasl is not None:
+            from job_runtime import kafka_auth
+
+            kafka_auth.check(sink.kafka.bootstrap_servers, sink.kafka.sasl, "sink", "sink.kafka")
         try:
             return kafka_writer(df, sink.kafka, sink.output_mode.value, identity)
         except ValueError as err:
