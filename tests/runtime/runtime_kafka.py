@@ -3,7 +3,6 @@ examples/jobs/kafka_events.py's events, read back as a read_committed consumer."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import uuid
@@ -15,6 +14,7 @@ from typing import Any
 import runtime_reference as reference
 import yaml
 from runtime_harness import EXAMPLES
+from runtime_inputs import load_example
 from runtime_outputs import _row
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
@@ -25,12 +25,7 @@ EVENTS = 600  # 5 minutes of event time, 6 batches of maxOffsetsPerTrigger=100
 
 
 def load_events_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kafka_events", EXAMPLES / "kafka_events.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kafka_events"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_example("kafka_events")
 
 
 def topics(broker: Any) -> tuple[str, str]:
