@@ -13,7 +13,8 @@ from typing import Any
 
 import runtime_reference as reference
 import yaml
-from runtime_harness import EXAMPLES
+from pause_points import PausePoint, pause_env
+from runtime_harness import EXAMPLES, RuntimeProcess, run_args, runtime_env
 from runtime_inputs import load_example
 from runtime_outputs import _row
 
@@ -59,3 +60,14 @@ def committed_windows(bootstrap: str, topic: str, expect: int | None = None) -> 
         assert message.key().decode() == record["user"], (message.key(), record)
         rows[_row(record)] += 1
     return rows
+
+
+def start_run(processes: list[RuntimeProcess], tmp_path: Path, job: Path, checkpoint: Path, *, name: str, label: str,
+              point: PausePoint | None = None, trigger: str = "available-now", extra: tuple[str, ...] = ()) -> RuntimeProcess:
+    """A runtime process of `job` on `checkpoint` (logs under tmp_path/runs), paused at `point`
+    (pause files under tmp_path/pauses) when given; registered in `processes` for teardown."""
+    env = runtime_env(pause_env([point], tmp_path / "pauses")) if point else runtime_env()
+    args = run_args(job, checkpoint.as_uri(), name=name, trigger=trigger, extra=extra)
+    proc = RuntimeProcess(tmp_path / "runs", args, env=env, label=label)
+    processes.append(proc.start())
+    return proc

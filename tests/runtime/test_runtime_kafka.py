@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyspark
-from pause_points import PausePoint, pause_env
-from runtime_harness import RuntimeProcess, run_args, runtime_env
-from runtime_kafka import EVENTS, committed_windows, kafka_job, load_events_module, reference_windows, topics
+from pause_points import PausePoint
+from runtime_harness import RuntimeProcess, run_args
+from runtime_kafka import EVENTS, committed_windows, kafka_job, load_events_module, reference_windows, start_run, topics
 
 from job_runtime.exitcodes import ExitCode
 from job_runtime.savepoint import write_savepoint
@@ -37,11 +37,7 @@ def test_sigkill_around_the_kafka_commit_publishes_each_window_once(kafka_broker
     savepoint = tmp_path / "savepoint"
 
     def run(point: PausePoint | None, label: str, checkpoint: Path = ckpt, extra: tuple[str, ...] = ()) -> RuntimeProcess:
-        env = runtime_env(pause_env([point], pauses)) if point else runtime_env()
-        args = run_args(job, checkpoint.as_uri(), name="kafka-kills", extra=extra)
-        proc = RuntimeProcess(tmp_path / "runs", args, env=env, label=label)
-        processes.append(proc.start())
-        return proc
+        return start_run(processes, tmp_path, job, checkpoint, name="kafka-kills", label=label, point=point, extra=extra)
 
     def published_once() -> None:
         seen = committed_windows(kafka_broker.bootstrap, target)

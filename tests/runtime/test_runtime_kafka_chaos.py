@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pause_points import PausePoint, pause_env
-from runtime_harness import RuntimeProcess, run_args, runtime_env
-from runtime_kafka import committed_windows, kafka_job, load_events_module, reference_windows, topics
+from pause_points import PausePoint
+from runtime_harness import RuntimeProcess
+from runtime_kafka import committed_windows, kafka_job, load_events_module, reference_windows, start_run, topics
 
 from job_runtime import checkpoint
 from job_runtime.exitcodes import ExitCode
@@ -57,11 +57,7 @@ def kill_chain(broker: Any, processes: list[RuntimeProcess], tmp_path: Path, kil
     instants: list[dict[str, Any]] = []
 
     def run(label: str, trigger: str, point: PausePoint | None = None) -> RuntimeProcess:
-        env = runtime_env(pause_env([point], pauses)) if point else runtime_env()
-        args = run_args(job, ckpt.as_uri(), name="kafka-chaos", trigger=trigger)
-        proc = RuntimeProcess(tmp_path / "runs", args, env=env, label=label)
-        processes.append(proc.start())
-        return proc
+        return start_run(processes, tmp_path, job, ckpt, name="kafka-chaos", label=label, point=point, trigger=trigger)
 
     def latest() -> int:
         found = checkpoint.latest_completed_batch(ckpt.as_uri())
