@@ -114,8 +114,10 @@ def test_spark_side_failures_exit_with_their_codes(processes: list[RuntimeProces
         "throws": {"sources": [source], "sink": sink, "transforms": [{"name": "checked", "sql":
             "SELECT user, ts, CASE WHEN amount > 50 THEN raise_error(concat('amount too large: ', amount)) "
             "ELSE amount END AS amount FROM events"}]},
-        "kafka": {"sources": [{"name": "clicks", "kind": "kafka", "options": {"subscribe": "clicks",
-                                                                              "kafka.bootstrap.servers": "127.0.0.1:9"}}],
+        "kafka": {"sources": [{"name": "clicks", "kind": "kafka", "options": {
+            "subscribe": "clicks", "kafka.bootstrap.servers": "127.0.0.1:9",
+            # the admin client's deadline, and its retries, bound how long an unreachable broker takes to fail
+            "kafka.default.api.timeout.ms": "5000", "fetchOffset.numRetries": "1"}}],
                   "sink": {"kind": "console"}},
         "badsql": {"sources": [source], "sink": sink, "transforms": [{"name": "t", "sql": "SELECT no_such_column FROM events"}]},
     }
