@@ -87,6 +87,7 @@ class RuntimeProcess:
     env: dict[str, str] = field(default_factory=runtime_env)
     label: str = "job"
     dump_class_archive: Path | None = None
+    master: str = "local[2]"
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -105,16 +106,39 @@ class RuntimeProcess:
             "--control-address", "127.0.0.1:0",
             "--control-address-file", str(self.address_file),
             "--termination-message-file", str(self.termination_file),
-            "--master", "local[2]",
+            "--master", self.master,
         ]
         for conf in TEST_CONF:
             command += ["--conf", conf]
         command += ["--conf", f"spark.driver.extraJavaOptions={java_options(self.dump_class_archive)}"]
+        env = self.env
+        if self.master.startswith("local-cluster"):
+            command += ["--conf", f"spark.executor.extraJavaOptions={JAVA_OPTIONS}"]
+            # the in-process standalone master and workers (and their UIs) bind where SPARK_LOCAL_IP says
+            env = {**env, "SPARK_LOCAL_IP": "127.0.0.1"}
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            command, cwd=self.workdir, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            command, cwd=self.workdir, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
         return self
+
+    def executor_pids(self) -> dict[str, int]:
+        """The executor JVMs of this driver (a `local-cluster` master) by executor id: its process
+        group's CoarseGrainedExecutorBackend processes, as /proc shows them now."""
+        found: dict[str, int] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            pgid = int(stat.rsplit(")", 1)[1].split()[2])
+            args = cmdline.decode(errors="replace").split("\0")
+            if pgid == self.pid and any(a.endswith("CoarseGrainedExecutorBackend") for a in args) and "--executor-id" in args:
+                found[args[args.index("--executor-id") + 1]] = int(entry.name)
+        return found
 
     # ---- lifecycle ------------------------------------------------------------------
 
