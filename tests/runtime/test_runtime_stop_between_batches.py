@@ -6,12 +6,17 @@ repartition was refused ("batch K was planned but never committed"). Here a prod
 the Kafka source busy (every trigger has new data) while the stop is asked for; the restore asks
 for 3 state partitions instead of 2 and finishes the input; a read_committed consumer then sees
 every window of examples/jobs/kafka_windows.yaml exactly once (runtime_kafka's reference).
+
+In the `slow` run (two runtime processes, about 2 to 3 minutes here); the default run checks the
+drain against Spark itself under steady file input (tests/savepoints/test_drain.py).
 """
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
+
+import pytest
 
 from runtime_harness import RuntimeProcess, run_args
 from runtime_kafka import committed_windows, kafka_job, load_events_module, reference_windows, topics
@@ -23,6 +28,7 @@ EVENTS = 900
 CHUNK = 15  # events per produce call, every 0.2 s: more than a 500 ms trigger's worth keeps coming
 
 
+@pytest.mark.slow
 def test_stop_with_savepoint_under_steady_input_ends_between_batches_then_repartitions(
     kafka_broker, processes, tmp_path: Path
 ) -> None:
