@@ -578,8 +578,11 @@ class Runner:
         error = self._stop_query(asked_to_end=asked)
         if error is not None:
             return error
-        location = self.settings.checkpoint_location
-        planned = drain.planned_batch(location, self.s3_config)
+        try:
+            planned = drain.planned_batch(self.settings.checkpoint_location, self.s3_config)
+        except Exception as err:  # the savepoint reads the checkpoint again and says what it holds
+            log.warning("could not look for a planned batch job=%s error=%s", self.settings.job_id, _describe(err))
+            return None
         if planned is None:
             return None
         if time.monotonic() >= deadline or self.job.pipeline is None:
@@ -588,7 +591,12 @@ class Runner:
                         planned, self.settings.job_id, "deadline passed" if self.job.pipeline else "entrypoint job")
             return None
         log.info("finishing planned batch job=%s batchId=%d reason=the stop caught it before it committed", self.settings.job_id, planned)
-        self._start_query(once=True)
+        try:
+            self._start_query(once=True)
+        except Exception as err:  # the savepoint then holds the planned batch, as after a deadline
+            log.warning("stopped query with batch %d planned job=%s reason=could not run it alone: %s",
+                        planned, self.settings.job_id, _describe(err))
+            return None
         with self._lock:
             self._state = RunState.SAVEPOINTING
         finished = drain.wait_finished(self._query, deadline)  # type: ignore[arg-type]
