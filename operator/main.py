@@ -104,7 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers.SETTINGS.repartition_supported = args.repartition
 
     if args.metrics_address:
-        metrics.serve(args.metrics_address)
+        try:
+            metrics.serve(args.metrics_address)
+        except ValueError as err:
+            parser.error(str(err))
+        except OSError as err:  # e.g. the port is taken: say which flag and address
+            parser.error(f"--metrics-address: cannot listen on {args.metrics_address}: {err}")
         log.info("Serving metrics address=http://%s/metrics", args.metrics_address)
     metrics.LEADER.set(0)
     loop = asyncio.new_event_loop()

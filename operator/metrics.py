@@ -21,10 +21,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from job_runtime.httpserve import BoundedHandler, BoundedHTTPServer
 from job_runtime.status import watermark_ms
 from streamjob_operator.api.status import LifecycleState, StreamJobStatus
 from streamjob_operator.reconcile.model import Event
@@ -305,12 +307,27 @@ def forget_job(namespace: str, job: str) -> None:
         _failures_seen.pop((namespace, job), None)
 
 
-def serve(address: str) -> None:
-    """Serves /metrics on HOST:PORT in a daemon thread (prometheus_client's own server)."""
+class _MetricsHandler(BoundedHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+            self.send(404, b"not found: the metrics are on /metrics\n", "text/plain; charset=utf-8")
+            return
+        encode, content_type = choose_encoder(self.headers.get("Accept", ""))
+        self.send(200, encode(REGISTRY), content_type)
+
+    def log_message(self, *_: object) -> None:  # scraped every few seconds: not worth a log line each
+        pass
+
+
+def serve(address: str) -> BoundedHTTPServer:
+    """Serves /metrics on HOST:PORT in a daemon thread, with the health endpoints' bounds
+    (job_runtime.httpserve: a deadline per request, a bounded number of connections)."""
     host, _, port = address.rpartition(":")
     if not host:
         raise ValueError(f"--metrics-address={address}: must be HOST:PORT, e.g. 127.0.0.1:9090 or $(POD_IP):9090")
-    start_http_server(int(port), addr=host.strip("[]"), registry=REGISTRY)
+    server = BoundedHTTPServer((host.strip("[]"), int(port)), _MetricsHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
 
 
 def reference() -> list[tuple[str, str, str, str]]:

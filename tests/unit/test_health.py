@@ -78,3 +78,38 @@ def test_clients_holding_connections_cannot_take_the_probes_threads() -> None:
         for s in held:
             s.close()
         server.stop()
+
+
+def test_the_metrics_port_has_the_same_bound_and_names_its_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """/metrics is served by job_runtime.httpserve too: held connections cannot starve Prometheus's scrape."""
+    import urllib.error
+    import urllib.request
+
+    from job_runtime.httpserve import MAX_CONNECTIONS
+    from streamjob_operator import metrics
+
+    server = metrics.serve("127.0.0.1:0")
+    host, port = server.server_address[:2]
+    url = f"http://{host}:{port}/metrics"
+    held: list[socket.socket] = []
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.status == 200 and b"streamjob_leader" in response.read()
+        held = [socket.create_connection((str(host), int(port)), timeout=10) for _ in range(MAX_CONNECTIONS)]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url, timeout=10)
+        assert refused.value.code == 503
+    finally:
+        for s in held:
+            s.close()
+        server.shutdown()
+        server.server_close()
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        with pytest.raises(SystemExit) as exit_:
+            main(["--metrics-address", address, "--no-leader-election"])
+    assert exit_.value.code == 2
+    assert f"--metrics-address: cannot listen on {address}" in capsys.readouterr().err
