@@ -45,6 +45,7 @@ class JobContext:
     query_name: str
     sources: Mapping[str, Source] = field(default_factory=dict)
     declared_sink: Sink | None = None
+    once: bool = False  # the runtime finishes a planned batch alone (job_runtime.drain); not for jobs to set
 
     def source(self, name: str) -> "DataFrame":
         """The declared source `name` as a streaming DataFrame (event-time watermark applied)."""
@@ -74,6 +75,8 @@ class JobContext:
     def configure(self, writer: "DataStreamWriter") -> "DataStreamWriter":
         """Apply the runtime's checkpoint location, trigger and query name to `writer`."""
         writer = writer.option("checkpointLocation", self.checkpoint_location).queryName(self.query_name)
+        if self.once:
+            return writer.trigger(once=True)
         if self.available_now:
             return writer.trigger(availableNow=True)
         return writer.trigger(processingTime=self.trigger_interval)

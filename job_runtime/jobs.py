@@ -45,7 +45,7 @@ def load_entrypoint(job: JobDefinition) -> Entrypoint:
     return function
 
 
-def make_context(spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings) -> JobContext:
+def make_context(spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings, once: bool = False) -> JobContext:
     return JobContext(
         spark=spark,
         config=dict(job.config),
@@ -58,6 +58,7 @@ def make_context(spark: "SparkSession", job: JobDefinition, settings: RuntimeSet
         query_name=query_name(settings),
         sources={s.name: s for s in job.sources or []},
         declared_sink=job.sink,
+        once=once,
     )
 
 
@@ -66,12 +67,13 @@ def query_name(settings: RuntimeSettings) -> str:
     return f"{settings.namespace}_{settings.name}".replace("-", "_")
 
 
-def start_query(spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings) -> "StreamingQuery":
-    """Build the job's query and start it with the runtime's checkpoint, trigger and name."""
+def start_query(spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings, once: bool = False) -> "StreamingQuery":
+    """Build the job's query and start it with the runtime's checkpoint, trigger and name
+    (`once`: a one-batch trigger, for the batch a stop left planned; job_runtime.drain)."""
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-    context = make_context(spark, job, settings)
+    context = make_context(spark, job, settings, once)
     if job.pipeline is not None:
         writer = build_pipeline(spark, job.pipeline, identity=context.sink_identity())
         try:

@@ -20,9 +20,10 @@ because the checkpoint holds state of stateful operators it no longer has,
 that state is dropped and the query started once more (job_runtime.nonrestored);
 operator changes Spark cannot map exit RESTORE_REFUSED.
 
-Stop-with-savepoint: stop the query (Spark aborts the batch in flight; its
-offsets stay in the write-ahead log and the restore re-runs it), write the
-savepoint, exit STOPPED_FOR_SAVEPOINT. If the savepoint fails the query is
+Stop-with-savepoint: stop the query between batches (job_runtime.drain: the
+batch in flight finishes and commits, no new one starts; past a deadline the
+stop interrupts it, its offsets stay in the write-ahead log and the restore
+re-runs it), write the savepoint, exit STOPPED_FOR_SAVEPOINT. If the savepoint fails the query is
 started again from its checkpoint in this process and the savepoint reported
 FAILED: a failing savepoint never costs a running job.
 """
@@ -42,7 +43,7 @@ from datetime import datetime, timezone
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from job_runtime import checkpoint, janitor, jobs, nonrestored, ownership, pipeline, recovery
+from job_runtime import checkpoint, drain, janitor, jobs, nonrestored, ownership, pipeline, recovery
 from job_runtime.control import ControlError
 from job_runtime.exitcodes import ExitCode
 from job_runtime.jobdef import JobDefinition, JobDefinitionError
@@ -152,9 +153,11 @@ class Runner:
         query = self._query
         progress = None
         query_id = run_id = None
+        trigger: dict[str, Any] = {}
         if query is not None:
             try:
                 query_id, run_id = str(query.id), str(query.runId)
+                trigger = dict(query.status)
                 last = query.lastProgress
                 if last is not None:
                     progress = _progress_dict(last)
@@ -172,6 +175,10 @@ class Runner:
             "runId": run_id,
             "queryStarts": self._query_starts,
             "latestCompletedBatch": self._latest_completed_batch(),
+            # Spark's own: a batch is being planned or run; what the query's thread is doing
+            "triggerActive": trigger.get("isTriggerActive"),
+            "statusMessage": trigger.get("message"),
+            "runningTasks": self._running_tasks(),
             **progress_fields(progress),
             "lateRowsDroppedTotal": late_rows_total,
             "lastError": self._last_error,
@@ -184,6 +191,18 @@ class Runner:
             "lastSavepoint": latest,
             "storage": self._janitor.report() if self._janitor is not None else None,
         }
+
+    def _running_tasks(self) -> dict[str, int] | None:
+        """Tasks running now per executor id (Spark's task scheduler), None when it cannot say."""
+        spark = self._spark
+        if spark is None:
+            return None
+        try:
+            entries = spark.sparkContext._jsc.sc().taskScheduler().runningTasksByExecutors().toList()
+            return {str(e._1()): int(e._2()) for e in (entries.apply(i) for i in range(entries.size())) if int(e._2()) > 0}
+        except Exception as err:  # another Spark's internals: the field stays empty
+            log.debug("could not read running tasks: %s", err)
+            return None
 
     def _count_late_rows(self, query: Any, run_id: str | None, last: dict[str, Any]) -> None:
         with self._lock:
@@ -436,9 +455,9 @@ class Runner:
             self.settings.job_id, uri, manifest.batch_id, location, time.monotonic() - started,
         )
 
-    def _start_query(self) -> None:
+    def _start_query(self, once: bool = False) -> None:
         assert self._spark is not None
-        query = jobs.start_query(self._spark, self.job, self.settings)
+        query = jobs.start_query(self._spark, self.job, self.settings, once=once)
         with self._lock:
             self._query = query
             self._query_starts += 1
@@ -482,7 +501,7 @@ class Runner:
         self._start_query()
         return None
 
-    def _stop_query(self) -> str | None:
+    def _stop_query(self, asked_to_end: bool = False) -> str | None:
         """Stop the query; the error it had failed with, if it had.
 
         ``stop()`` interrupts the stream thread wherever it is; a read it interrupts
@@ -492,7 +511,8 @@ class Runner:
         """
         query = self._query
         assert query is not None
-        failed_before = None if query.isActive else query.exception()
+        # asked_to_end: drain set the state the query reports as not active; an error came after
+        failed_before = None if asked_to_end or query.isActive else query.exception()
         query.stop()
         if failed_before is not None:
             return _describe(failed_before)
@@ -525,7 +545,7 @@ class Runner:
         with self._lock:
             self._state = RunState.SAVEPOINTING
         log.info("stopping query for savepoint job=%s id=%s path=%s", self.settings.job_id, record.id, record.path)
-        error = self._stop_query()
+        error = self._stop_between_batches()
         if error is not None:
             self._finish_savepoint(record, error=f"the query had failed: {error}")
             return self._fail(ExitCode.FAILED, f"query failed: {error}")
@@ -544,6 +564,47 @@ class Runner:
         self._state = RunState.STOPPED
         log.info("stopped for savepoint job=%s id=%s path=%s batchId=%d", self.settings.job_id, record.id, record.path, batch_id)
         return ExitCode.STOPPED_FOR_SAVEPOINT
+
+    def _stop_between_batches(self) -> str | None:
+        """Stop after the batch in flight, before the next (job_runtime.drain); the error the query
+        had failed with, if it had. Past drain.STOP_DRAIN_SECONDS the stop interrupts the batch."""
+        query, spark = self._query, self._spark
+        assert query is not None and spark is not None
+        deadline = time.monotonic() + drain.STOP_DRAIN_SECONDS
+        asked = query.isActive and drain.end_after_batch(query, spark)
+        if asked:
+            how = drain.wait_ended(query, deadline)
+            log.info("ended query between batches job=%s how=%s", self.settings.job_id, how)
+        error = self._stop_query(asked_to_end=asked)
+        if error is not None:
+            return error
+        try:
+            planned = drain.planned_batch(self.settings.checkpoint_location, self.s3_config)
+        except Exception as err:  # the savepoint reads the checkpoint again and says what it holds
+            log.warning("could not look for a planned batch job=%s error=%s", self.settings.job_id, _describe(err))
+            return None
+        if planned is None:
+            return None
+        if time.monotonic() >= deadline or self.job.pipeline is None:
+            # an entrypoint may start its own query with its own trigger: not run again here
+            log.warning("stopped query with batch %d planned job=%s reason=%s; the savepoint holds it and a restore re-runs it",
+                        planned, self.settings.job_id, "deadline passed" if self.job.pipeline else "entrypoint job")
+            return None
+        log.info("finishing planned batch job=%s batchId=%d reason=the stop caught it before it committed", self.settings.job_id, planned)
+        try:
+            self._start_query(once=True)
+        except Exception as err:  # the savepoint then holds the planned batch, as after a deadline
+            log.warning("stopped query with batch %d planned job=%s reason=could not run it alone: %s",
+                        planned, self.settings.job_id, _describe(err))
+            return None
+        with self._lock:
+            self._state = RunState.SAVEPOINTING
+        finished = drain.wait_finished(self._query, deadline)  # type: ignore[arg-type]
+        error = self._stop_query()
+        if error is None and not finished:
+            log.warning("stopped query with batch %d planned job=%s reason=deadline passed; the savepoint holds it",
+                        planned, self.settings.job_id)
+        return error
 
     def _savepoint_while_running(self, record: SavepointRecord) -> None:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -87,6 +88,7 @@ class RuntimeProcess:
     env: dict[str, str] = field(default_factory=runtime_env)
     label: str = "job"
     dump_class_archive: Path | None = None
+    master: str = "local[2]"
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -97,6 +99,7 @@ class RuntimeProcess:
         self.log_path = self.workdir / f"{self.label}.log"
         self.termination_file = self.workdir / f"{self.label}.termination.json"
         self.proc: subprocess.Popen[bytes] | None = None
+        self._apps: set[str] = set()  # standalone application ids of a local-cluster run
 
     def start(self) -> "RuntimeProcess":
         command = [
@@ -105,16 +108,52 @@ class RuntimeProcess:
             "--control-address", "127.0.0.1:0",
             "--control-address-file", str(self.address_file),
             "--termination-message-file", str(self.termination_file),
-            "--master", "local[2]",
+            "--master", self.master,
         ]
         for conf in TEST_CONF:
             command += ["--conf", conf]
         command += ["--conf", f"spark.driver.extraJavaOptions={java_options(self.dump_class_archive)}"]
+        env = self.env
+        if self.master.startswith("local-cluster"):
+            # The jars reach the executors on spark.executor.extraClassPath (this machine's files).
+            # Through spark.jars each executor would also copy them (the AWS SDK bundle alone is
+            # 686 MB) into its work dir under the pyspark package and its fetch cache: a few
+            # executor kills filled the disk.
+            command += ["--conf", f"spark.executor.extraJavaOptions={JAVA_OPTIONS}", "--conf", "spark.jars="]
+            # the in-process standalone master and workers (and their UIs) bind where SPARK_LOCAL_IP says
+            env = {**env, "SPARK_LOCAL_IP": "127.0.0.1"}
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            command, cwd=self.workdir, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            command, cwd=self.workdir, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
         return self
+
+    def _remove_work_dirs(self) -> None:
+        """The standalone workers' per-application work dirs (executor logs), left by a killed run."""
+        import pyspark
+
+        for app in self._apps:
+            shutil.rmtree(Path(pyspark.__file__).parent / "work" / app, ignore_errors=True)
+
+    def executor_pids(self) -> dict[str, int]:
+        """The executor JVMs of this driver (a `local-cluster` master) by executor id: its process
+        group's CoarseGrainedExecutorBackend processes, as /proc shows them now."""
+        found: dict[str, int] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            pgid = int(stat.rsplit(")", 1)[1].split()[2])
+            args = cmdline.decode(errors="replace").split("\0")
+            if pgid == self.pid and any(a.endswith("CoarseGrainedExecutorBackend") for a in args) and "--executor-id" in args:
+                found[args[args.index("--executor-id") + 1]] = int(entry.name)
+                if "--app-id" in args:
+                    self._apps.add(args[args.index("--app-id") + 1])
+        return found
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -132,9 +171,16 @@ class RuntimeProcess:
             raise AssertionError(f"{self.label} did not exit within {timeout}s; log tail:\n{self.log_tail()}") from None
         finally:
             self._log.close()
+            self._remove_work_dirs()
 
     def kill(self) -> None:
         """SIGKILL the whole process group: Python driver and its JVM, like a pod kill."""
+        if self.master.startswith("local-cluster") and self.proc is not None:
+            self.executor_pids()  # learn the application id while its executors run
+        self._kill()
+        self._remove_work_dirs()
+
+    def _kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(30)

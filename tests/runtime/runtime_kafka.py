@@ -22,6 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
 from kafka_io import consume_all  # noqa: E402
 
 DELAY_MS = 10_000
+# Spark's standalone cluster inside the driver JVM: 2 workers of 1 core and 1 GiB, each running
+# its executor as a JVM process of its own (in the driver's process group), so an executor can
+# be killed alone; a killed executor is replaced by its worker.
+EXECUTORS = "local-cluster[2,1,1024]"
 EVENTS = 600  # 5 minutes of event time, 6 batches of maxOffsetsPerTrigger=100
 
 
@@ -52,10 +56,10 @@ def reference_windows(events: list[Any]) -> Counter[reference.Row]:
     return reference.windowed([(evs, final_mark)], length_ms=10_000, late="never")
 
 
-def committed_windows(bootstrap: str, topic: str, expect: int | None = None) -> Counter[reference.Row]:
+def committed_windows(bootstrap: str, topic: str, expect: int | None = None, timeout: float = 60.0) -> Counter[reference.Row]:
     """The windows a read_committed consumer sees on `topic` (each record counted)."""
     rows: Counter[reference.Row] = Counter()
-    for message in consume_all(bootstrap, topic, expect):
+    for message in consume_all(bootstrap, topic, expect, timeout=timeout):
         record = json.loads(message.value())
         assert message.key().decode() == record["user"], (message.key(), record)
         rows[_row(record)] += 1
@@ -63,11 +67,13 @@ def committed_windows(bootstrap: str, topic: str, expect: int | None = None) -> 
 
 
 def start_run(processes: list[RuntimeProcess], tmp_path: Path, job: Path, checkpoint: Path, *, name: str, label: str,
-              point: PausePoint | None = None, trigger: str = "available-now", extra: tuple[str, ...] = ()) -> RuntimeProcess:
+              point: PausePoint | None = None, trigger: str = "available-now", extra: tuple[str, ...] = (),
+              master: str = "local[2]") -> RuntimeProcess:
     """A runtime process of `job` on `checkpoint` (logs under tmp_path/runs), paused at `point`
-    (pause files under tmp_path/pauses) when given; registered in `processes` for teardown."""
+    (pause files under tmp_path/pauses) when given; registered in `processes` for teardown.
+    `master` EXECUTORS runs the executors as processes of their own."""
     env = runtime_env(pause_env([point], tmp_path / "pauses")) if point else runtime_env()
     args = run_args(job, checkpoint.as_uri(), name=name, trigger=trigger, extra=extra)
-    proc = RuntimeProcess(tmp_path / "runs", args, env=env, label=label)
+    proc = RuntimeProcess(tmp_path / "runs", args, env=env, label=label, master=master)
     processes.append(proc.start())
     return proc

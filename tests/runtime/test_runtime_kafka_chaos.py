@@ -1,22 +1,29 @@
-"""SIGKILLs of a Kafka -> Kafka job's driver at seeded random instants, each run restarted from
-the checkpoint, then every window exactly once for a read_committed consumer.
+"""SIGKILLs of a Kafka -> Kafka job's driver and executors at seeded instants, then every window
+exactly once for a read_committed consumer.
 
-The job is examples/jobs/kafka_windows.yaml (runtime_kafka). Before each run a further slice of
-the time-ordered input is produced, so every run has batches to do. Each run is killed with its
-process group (the Python driver and its JVM, as a pod kill) at an instant drawn from a seeded
-generator (STREAMJOB_KAFKA_CHAOS_SEED to vary it):
+The job is examples/jobs/kafka_windows.yaml (runtime_kafka). Before each kill a further slice of
+the time-ordered input is produced, so every run has batches to do. A driver kill takes the run's
+process group (the Python driver, its JVM and executors, as a pod kill) and the next run restarts
+from the checkpoint, at an instant drawn from a seeded generator (STREAMJOB_KAFKA_CHAOS_SEED):
 
-- a random delay (0 to 1.5 s) after the run's first new batch committed: wherever the next batch
+- a random delay (0 to 1.5 s) after the run's next batch committed: wherever the next batch
   is (planning, the stateful operator, the producer's transaction, Spark's commit log);
 - the Kafka sink's own instants: its n-th transaction sent but not committed, or committed to
   Kafka and not yet to Spark's commit log (job_runtime.testhooks);
 - a random delay after the process started (during start-up, the restore of the checkpoint, the
   first batch).
 
-The last run finishes the stream (available-now). The consumed output is compared with
-runtime_kafka.reference_windows, computed without Spark: 0 missing, 0 duplicated. The default run
-does a bounded subset (KILLS_DEFAULT, fixed seed); `-m slow` does 50 and writes its result to
-docs/benchmarks/kafka-chaos.md when STREAMJOB_KAFKA_CHAOS_REPORT names that file.
+An executor kill (master runtime_kafka.EXECUTORS, `local-cluster`: executors are JVM processes of
+their own) takes one executor JVM: one Spark's task scheduler reports running tasks on, a drawn
+delay into a batch with new data, or one drawn between batches. The run carries on: Spark
+reschedules the lost tasks, the worker starts a new executor.
+
+The stream is finished by the run alive at the end (it catches up, then SIGTERM) or by a last
+available-now run. The consumed output is compared with runtime_kafka.reference_windows, computed
+without Spark: 0 missing, 0 duplicated. The default run does bounded subsets (3 driver kills on
+`local[2]`, 3 executor kills; fixed seeds); `-m slow` mixes driver and executor kills, 50 by
+default, and writes its result to docs/benchmarks/kafka-chaos.md when
+STREAMJOB_KAFKA_CHAOS_REPORT names that file.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import sys
 import time
 from collections import Counter
@@ -33,7 +41,7 @@ from typing import Any
 import pytest
 from pause_points import PausePoint
 from runtime_harness import RuntimeProcess
-from runtime_kafka import committed_windows, kafka_job, load_events_module, reference_windows, start_run, topics
+from runtime_kafka import EXECUTORS, committed_windows, kafka_job, load_events_module, reference_windows, start_run, topics
 
 from job_runtime import checkpoint
 from job_runtime.exitcodes import ExitCode
@@ -45,8 +53,21 @@ TRIGGER = "500 milliseconds"
 WAIT = 240.0  # for a batch commit or a pause point; an instant that never comes is a failure
 
 
-def kill_chain(broker: Any, processes: list[RuntimeProcess], tmp_path: Path, kills: int, seed: int) -> dict[str, Any]:
-    """`kills` killed runs and a final one; the result as a report dict (asserted by the caller)."""
+DRIVER = "driver"
+EXECUTOR_MID_BATCH = "executor while a batch runs"
+EXECUTOR_BETWEEN = "executor between batches"
+BETWEEN_MESSAGES = ("Waiting for next trigger", "Waiting for data to arrive")
+
+
+def kill_chain(broker: Any, processes: list[RuntimeProcess], tmp_path: Path, kills: int, seed: int, *,
+               master: str = "local[2]", kinds: list[str] | None = None, executor_share: float = 0.0) -> dict[str, Any]:
+    """`kills` kills and a final run; the result as a report dict (asserted by the caller).
+
+    Each kill is of the kind `kinds` names (DRIVER, EXECUTOR_MID_BATCH, EXECUTOR_BETWEEN), or
+    drawn: an executor kill with probability `executor_share` (`master` EXECUTORS), else the
+    driver. An executor kill leaves the run going (Spark reschedules the lost tasks, the worker
+    starts a new executor); a driver kill ends the run and the next starts from the checkpoint.
+    """
     began = time.monotonic()
     rng = random.Random(seed)
     gen = load_events_module()
@@ -55,9 +76,12 @@ def kill_chain(broker: Any, processes: list[RuntimeProcess], tmp_path: Path, kil
     job = kafka_job(broker, source, target, tmp_path / "job.json")
     ckpt, pauses = tmp_path / "ckpt", tmp_path / "pauses"
     instants: list[dict[str, Any]] = []
+    live: RuntimeProcess | None = None  # a run that outlived an executor kill
+    restarts = 0
 
     def run(label: str, trigger: str, point: PausePoint | None = None) -> RuntimeProcess:
-        return start_run(processes, tmp_path, job, ckpt, name="kafka-chaos", label=label, point=point, trigger=trigger)
+        return start_run(processes, tmp_path, job, ckpt, name="kafka-chaos", label=label, point=point, trigger=trigger,
+                         master=master)
 
     def latest() -> int:
         found = checkpoint.latest_completed_batch(ckpt.as_uri())
@@ -65,48 +89,115 @@ def kill_chain(broker: Any, processes: list[RuntimeProcess], tmp_path: Path, kil
 
     for n in range(kills):
         gen.produce(broker.bootstrap, source, events[n * SLICE:(n + 1) * SLICE])
-        label, roll, started = f"kill-{n + 1:02d}", rng.random(), time.monotonic()
-        if roll < 0.4:
-            before = latest()
-            proc = run(label, TRIGGER)
-            proc.wait_for("a new batch committed", lambda s: (s["latestCompletedBatch"] or -1) > before, timeout=WAIT)
-            delay = rng.uniform(0.0, 1.5)
-            time.sleep(delay)
-            instant = f"{delay:.2f}s after batch {before + 1} committed"
-        elif roll < 0.7:
-            spec = f"kafka-{rng.choice(['before', 'after'])}-commit:{rng.randint(1, 2)}"
-            proc = run(label, TRIGGER, PausePoint(spec, spec))
-            proc.wait_paused(pauses, timeout=WAIT)
-            instant = f"paused at {spec}"
+        label, started = f"kill-{n + 1:02d}", time.monotonic()
+        if kinds:
+            kind = kinds[n]
+        elif executor_share and rng.random() < executor_share:
+            kind = EXECUTOR_MID_BATCH if rng.random() < 0.5 else EXECUTOR_BETWEEN
         else:
-            delay = rng.uniform(2.0, 25.0)
-            proc = run(label, TRIGGER)
-            time.sleep(delay)
-            if proc.proc is not None and proc.proc.poll() is not None:
-                raise AssertionError(f"{label} exited {proc.proc.returncode}:\n{proc.log_tail()}")
-            instant = f"{delay:.1f}s after the process started"
-        proc.kill()
-        instants.append({"kill": n + 1, "instant": instant, "latestCommit": latest(),
+            kind = DRIVER
+        if live is not None and live.proc is not None and live.proc.poll() is not None:
+            restarts += 1  # the query failed after an executor kill: restarted, as the operator would
+            live = None
+        if kind == DRIVER:
+            instant = kill_driver(live, run, label, rng, latest, pauses)
+            live = None
+        else:
+            live = live or run(label, TRIGGER)
+            instant = kill_executor(live, kind, rng, latest)
+        instants.append({"kill": n + 1, "kind": kind, "instant": instant, "latestCommit": latest(),
                          "secondsAfterStart": round(time.monotonic() - started, 1)})
 
     gen.produce(broker.bootstrap, source, events[kills * SLICE:])
-    final = run("final", "available-now")
-    assert final.wait(600) == ExitCode.FINISHED, final.log_tail()
     expected = reference_windows(events)
+    if live is not None and live.proc is not None and live.proc.poll() is None:
+        # the run that survived its executors' kills finishes the input itself, then stops cleanly
+        committed_windows(broker.bootstrap, target, sum(expected.values()), timeout=WAIT)
+        live.terminate()
+        assert live.wait(300) == ExitCode.STOPPED_BY_REQUEST, live.log_tail()
+    else:
+        final = run("final", "available-now")
+        assert final.wait(600) == ExitCode.FINISHED, final.log_tail()
     got = committed_windows(broker.bootstrap, target, sum(expected.values()))
+    logs = "".join(p.log_text() for p in processes if p.log_path.exists())
     return {
-        "seed": seed, "kills": len(instants), "events": len(events), "batches": latest() + 1,
+        "seed": seed, "kills": len(instants), "events": len(events), "batches": latest() + 1, "master": master,
         "windowsExpected": sum(expected.values()), "windowsConsumed": sum(got.values()),
         "missing": sum((expected - got).values()), "duplicated": sum((got - expected).values()),
+        "tasksLost": logs.count("ExecutorLostFailure"), "restartsAfterExecutorKills": restarts,
         "seconds": round(time.monotonic() - began), "instants": instants, "got": got, "expected": expected,
     }
+
+
+def kill_driver(live: RuntimeProcess | None, run: Any, label: str, rng: random.Random, latest: Any, pauses: Path) -> str:
+    """SIGKILL a driver with its process group (JVM and executors): the live run, after its next
+    commit, or a new run at a drawn instant."""
+    roll = 0.0 if live is not None else rng.random()
+    if roll < 0.4:
+        before = latest()
+        proc = live or run(label, TRIGGER)
+        proc.wait_for("a new batch committed", lambda s: (s["latestCompletedBatch"] or -1) > before, timeout=WAIT)
+        delay = rng.uniform(0.0, 1.5)
+        time.sleep(delay)
+        instant = f"{delay:.2f}s after batch {before + 1} committed"
+    elif roll < 0.7:
+        spec = f"kafka-{rng.choice(['before', 'after'])}-commit:{rng.randint(1, 2)}"
+        proc = run(label, TRIGGER, PausePoint(spec, spec))
+        proc.wait_paused(pauses, timeout=WAIT)
+        instant = f"paused at {spec}"
+    else:
+        delay = rng.uniform(2.0, 25.0)
+        proc = run(label, TRIGGER)
+        time.sleep(delay)
+        if proc.proc is not None and proc.proc.poll() is not None:
+            raise AssertionError(f"{label} exited {proc.proc.returncode}:\n{proc.log_tail()}")
+        instant = f"{delay:.1f}s after the process started"
+    proc.kill()
+    return instant
+
+
+def kill_executor(proc: RuntimeProcess, kind: str, rng: random.Random, latest: Any) -> str:
+    """SIGKILL one executor JVM of `proc`: one that runs tasks of a batch (after a drawn delay
+    into the run's next batch, as Spark's task scheduler reports them on /status), or one drawn
+    between batches (after a commit, the query's thread waiting for its next trigger)."""
+    executors = wait_executors(proc)
+    before = latest()
+    if kind == EXECUTOR_MID_BATCH:
+        delay = rng.uniform(0.0, 1.0)
+        proc.wait_for("a batch with new data running", lambda s: s["statusMessage"] == "Processing new data", timeout=WAIT)
+        time.sleep(delay)
+        running = proc.wait_for("tasks running on an executor", lambda s: bool(set(s["runningTasks"] or {}) & set(executors)),
+                                timeout=WAIT)["runningTasks"]
+        victim = rng.choice(sorted(set(running) & set(executors)))
+        where = f"{delay:.2f}s into a batch after batch {before}, {running[victim]} task(s) running on it"
+    else:
+        proc.wait_for("a commit, then the wait for the next trigger",
+                      lambda s: (s["latestCompletedBatch"] or -1) > before and s["statusMessage"] in BETWEEN_MESSAGES,
+                      timeout=WAIT)
+        victim = rng.choice(sorted(executors))
+        where = f"between batches, after batch {latest()}"
+    os.kill(executors[victim], signal.SIGKILL)
+    return f"{where} (executor {victim} of {len(executors)})"
+
+
+def wait_executors(proc: RuntimeProcess, count: int = 2) -> dict[str, int]:
+    """The executor pids by id once `count` run (a killed one is replaced by its worker)."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if proc.proc is not None and proc.proc.poll() is not None:
+            raise AssertionError(f"{proc.label} exited {proc.proc.returncode}:\n{proc.log_tail()}")
+        found = proc.executor_pids()
+        if len(found) >= count:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"{proc.label}: fewer than {count} executors within {WAIT}s: {proc.executor_pids()}")
 
 
 def check(result: dict[str, Any]) -> None:
     got: Counter[Any] = result.pop("got")
     expected: Counter[Any] = result.pop("expected")
     print(f"\nkafka chaos: kills={result['kills']} windows={result['windowsExpected']} missing={result['missing']} "
-          f"duplicated={result['duplicated']} seconds={result['seconds']}")
+          f"duplicated={result['duplicated']} tasksLost={result['tasksLost']} seconds={result['seconds']}")
     assert (result["missing"], result["duplicated"]) == (0, 0), result
     assert got == expected
 
@@ -115,11 +206,20 @@ def test_a_few_sigkills_at_seeded_instants_then_each_window_once(kafka_broker, p
     check(kill_chain(kafka_broker, processes, tmp_path, KILLS_DEFAULT, seed=20261123))
 
 
+def test_executor_sigkills_during_and_between_batches_then_each_window_once(kafka_broker, processes, tmp_path: Path) -> None:
+    """Executor JVMs killed alone (a `local-cluster` master): Spark reschedules the lost tasks and
+    the same run carries on; Kafka output exactly once."""
+    kinds = [EXECUTOR_MID_BATCH, EXECUTOR_BETWEEN, EXECUTOR_MID_BATCH]
+    result = kill_chain(kafka_broker, processes, tmp_path, len(kinds), seed=20261124, master=EXECUTORS, kinds=kinds)
+    check(result)
+    assert result["restartsAfterExecutorKills"] == 0, result  # an executor loss is not a job failure
+
+
 @pytest.mark.slow
 def test_fifty_sigkills_at_random_instants_then_each_window_once(kafka_broker, processes, tmp_path: Path) -> None:
     seed = int(os.environ.get("STREAMJOB_KAFKA_CHAOS_SEED", "8"))
     kills = int(os.environ.get("STREAMJOB_KAFKA_CHAOS_KILLS", str(KILLS_SLOW)))
-    result = kill_chain(kafka_broker, processes, tmp_path, kills, seed)
+    result = kill_chain(kafka_broker, processes, tmp_path, kills, seed, master=EXECUTORS, executor_share=0.5)
     report = os.environ.get("STREAMJOB_KAFKA_CHAOS_REPORT")
     ok = (result["missing"], result["duplicated"]) == (0, 0)
     (tmp_path / "chaos.json").write_text(json.dumps({k: v for k, v in result.items() if k not in ("got", "expected")}, indent=1))
@@ -132,20 +232,28 @@ def write_report(path: Path, result: dict[str, Any], ok: bool, asked: int) -> No
     command = (f"STREAMJOB_KAFKA_CHAOS_KILLS={asked} STREAMJOB_KAFKA_CHAOS_SEED={result['seed']} "
                f"STREAMJOB_KAFKA_CHAOS_REPORT=docs/benchmarks/kafka-chaos.md "
                "pytest -q -p no:cacheprovider -m slow tests/runtime/test_runtime_kafka_chaos.py -k fifty")
-    kinds = Counter(i["instant"].split(" ")[0] if i["instant"].startswith("paused") else
-                    ("after a commit" if "committed" in i["instant"] else "after start") for i in result["instants"])
+    kinds = Counter(i["kind"] if i["kind"] != DRIVER else
+                    ("driver " + ("paused at a Kafka commit point" if i["instant"].startswith("paused") else
+                                  "after a commit" if "committed" in i["instant"] else "after start"))
+                    for i in result["instants"])
     lines = [
-        "# Kafka chaos run: SIGKILLs of a Kafka -> Kafka job, then exactly once",
+        "# Kafka chaos run: SIGKILLs of a Kafka -> Kafka job's driver and executors, then exactly once",
         "",
         "Written by `tests/runtime/test_runtime_kafka_chaos.py` (the `slow` test); the job is",
-        "examples/jobs/kafka_windows.yaml on the test bed's broker, each run killed with its process",
-        "group (driver and JVM) and restarted from the checkpoint; the output read by a",
-        "read_committed consumer and compared with a reference computed without Spark.",
+        "examples/jobs/kafka_windows.yaml on the test bed's broker, run on Spark's",
+        f"`{result['master']}` master (each executor a JVM process of its own). A driver kill",
+        "takes the driver's process group (driver, its JVM and executors: a pod kill) and the next run",
+        "restarts from the checkpoint; an executor kill takes one executor JVM, while it runs tasks of a",
+        "batch or between batches, and the run carries on (Spark reschedules, the worker starts a new",
+        "executor). The output is read by a read_committed consumer and compared with a reference",
+        "computed without Spark.",
         "",
         "| | |", "| --- | --- |",
         f"| result | {'PASS' if ok else 'FAIL'} |",
         f"| kills done | {result['kills']} (asked {asked}; the slow test's default is {KILLS_SLOW}) |",
-        f"| kill instants | {', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))} |",
+        f"| kill kinds | {', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))} |",
+        f"| tasks lost with a killed executor | {result['tasksLost']} (Spark's `ExecutorLostFailure` in the driver logs) |",
+        f"| restarts after an executor kill | {result['restartsAfterExecutorKills']} |",
         f"| events / batches | {result['events']} / {result['batches']} |",
         f"| windows compared | {result['windowsExpected']} expected, {result['windowsConsumed']} consumed |",
         f"| missing | {result['missing']} |",
@@ -155,7 +263,7 @@ def write_report(path: Path, result: dict[str, Any], ok: bool, asked: int) -> No
         f"| machine | 2 shared cores, Python {sys.version.split()[0]} |",
         "",
         "Command:", "", "```", command, "```", "",
-        "Kills (instant, latest committed batch at the kill):", "",
+        "Kills (kind, instant, latest committed batch at the kill):", "",
     ]
-    lines += [f"{i['kill']}. {i['instant']} (batch {i['latestCommit']})" for i in result["instants"]]
+    lines += [f"{i['kill']}. {i['kind']}: {i['instant']} (batch {i['latestCommit']})" for i in result["instants"]]
     path.write_text("\n".join(lines) + "\n")

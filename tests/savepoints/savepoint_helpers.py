@@ -40,8 +40,9 @@ def write_input(directory: Path, index: int) -> None:
     tmp.rename(directory / f"part-{index:04d}.json")
 
 
-def start_query(spark: Any, input_dir: Path, checkpoint: str, *, available_now: bool) -> Any:
-    """The test job: a per-key count over JSON files, one file per batch, state in RocksDB."""
+def start_query(spark: Any, input_dir: Path, checkpoint: str, *, available_now: bool, once: bool = False) -> Any:
+    """The test job: a per-key count over JSON files, one file per batch, state in RocksDB
+    (`once`: Trigger.Once, the batch the checkpoint left planned or one new batch)."""
     from pyspark.sql import functions as F
 
     counts = (
@@ -49,6 +50,8 @@ def start_query(spark: Any, input_dir: Path, checkpoint: str, *, available_now: 
         .groupBy("key").agg(F.count("*").alias("count"))
     )
     writer = counts.writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint)
+    if once:
+        return writer.trigger(once=True).start()
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="200 milliseconds")
     return writer.start()
 
