@@ -9,7 +9,8 @@ change of ``statePartitions`` through such a savepoint is refused. Under steady
 input the stream thread starts the next batch right after the last one, so
 waiting for an idle moment and then calling stop() rarely finds one.
 
-What is done instead, within a deadline (STOP_DRAIN_SECONDS):
+What is done instead, within a deadline (``drain_seconds``: STOP_DRAIN_SECONDS, or a
+quarter of savepoint.timeoutSeconds when shorter):
 
 1. ``end_after_batch``: the query's state is set to TERMINATED (Spark's own
    StreamExecution.state, through py4j; what ``stop()`` sets first, without the
@@ -48,8 +49,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("job_runtime.drain")
 
 STOP_DRAIN_SECONDS = 120.0  # for the batch in flight (and a planned one) before the stop interrupts it
+DRAIN_SHARE_OF_TIMEOUT = 0.25  # of savepoint.timeoutSeconds: the rest is for writing the savepoint
 IDLE_SECONDS = 1.0  # the thread waits for its next trigger this long: stop() ends the wait
 POLL_SECONDS = 0.1
+
+
+def drain_seconds(savepoint_timeout_seconds: float | None) -> float:
+    """How long the batch in flight may take to finish: STOP_DRAIN_SECONDS, or a quarter of the
+    job's savepoint timeout when that is shorter, so the savepoint itself still fits in it."""
+    if savepoint_timeout_seconds is None:
+        return STOP_DRAIN_SECONDS
+    return min(STOP_DRAIN_SECONDS, savepoint_timeout_seconds * DRAIN_SHARE_OF_TIMEOUT)
 
 
 def end_after_batch(query: "StreamingQuery", spark: "SparkSession") -> bool:

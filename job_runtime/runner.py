@@ -567,10 +567,10 @@ class Runner:
 
     def _stop_between_batches(self) -> str | None:
         """Stop after the batch in flight, before the next (job_runtime.drain); the error the query
-        had failed with, if it had. Past drain.STOP_DRAIN_SECONDS the stop interrupts the batch."""
+        had failed with, if it had. Past drain.drain_seconds() the stop interrupts the batch."""
         query, spark = self._query, self._spark
         assert query is not None and spark is not None
-        deadline = time.monotonic() + drain.STOP_DRAIN_SECONDS
+        deadline = time.monotonic() + drain.drain_seconds(self.settings.savepoint_timeout_seconds)
         asked = query.isActive and drain.end_after_batch(query, spark)
         if asked:
             how = drain.wait_ended(query, deadline)

@@ -92,3 +92,11 @@ def test_end_after_batch_under_steady_input_stops_between_batches(spark: Any, tm
     for index in files:
         expected.update(row["key"] for row in input_file(index))
     assert read_state(spark, ckpt.as_uri()) == dict(expected)
+
+
+def test_the_drain_leaves_most_of_the_savepoint_timeout_for_the_savepoint() -> None:
+    from job_runtime import drain
+
+    assert drain.drain_seconds(None) == drain.STOP_DRAIN_SECONDS
+    assert drain.drain_seconds(3600) == drain.STOP_DRAIN_SECONDS
+    assert drain.drain_seconds(60) == 15  # a 60 s savepoint timeout: 15 s for the batch, 45 s for the copy
