@@ -20,12 +20,7 @@ because the checkpoint holds state of stateful operators it no longer has,
 that state is dropped and the query started once more (job_runtime.nonrestored);
 operator changes Spark cannot map exit RESTORE_REFUSED.
 
-Stop-with-savepoint: stop the query between batches (job_runtime.drain: the
-batch in flight finishes and commits, no new one starts; past a deadline the
-stop interrupts it, its offsets stay in the write-ahead log and the restore
-re-runs it), write the savepoint, exit STOPPED_FOR_SAVEPOINT. If the savepoint fails the query is
-started again from its checkpoint in this process and the savepoint reported
-FAILED: a failing savepoint never costs a running job.
+Stop-with-savepoint and savepoints taken while running: job_runtime.runner_savepoints.
 """
 
 from __future__ import annotations
@@ -36,22 +31,18 @@ import queue
 import sys
 import threading
 import time
-import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from job_runtime import checkpoint, drain, janitor, jobs, nonrestored, ownership, pipeline, recovery
-from job_runtime.control import ControlError
+from job_runtime import checkpoint, janitor, jobs, nonrestored, ownership, pipeline, recovery
 from job_runtime.exitcodes import ExitCode
 from job_runtime.jobdef import JobDefinition, JobDefinitionError
 from job_runtime.pinning import StateIncompatibleError, check_state_partitions
+from job_runtime.query_errors import describe, interrupted_by_stop
 from job_runtime.s3 import LocationError, S3Config
-from job_runtime.savepoint_target import SavepointPathError, confine
+from job_runtime.runner_savepoints import Command, SavepointCommand, SavepointOps, SavepointRecord, StopCommand
 from job_runtime.settings import RuntimeSettings
-from job_runtime.status import LateRowsTotal, RunState, SavepointState, progress_fields
+from job_runtime.status import LateRowsTotal, RunState, progress_fields
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,57 +51,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("job_runtime.runner")
 
 POLL_SECONDS = 0.5
-SAVEPOINT_HISTORY = 20
 STATUS_CACHE_SECONDS = 2.0
 WORKER_JOIN_SECONDS = 300.0
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-@dataclass
-class SavepointRecord:
-    id: str
-    path: str
-    stop: bool
-    state: SavepointState = SavepointState.IN_PROGRESS
-    batch_id: int | None = None
-    error: str | None = None
-    requested_at: str = field(default_factory=utc_now)
-    finished_at: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "state": self.state.value,
-            "path": self.path,
-            "stop": self.stop,
-            "batchId": self.batch_id,
-            "error": self.error,
-            "requestedAt": self.requested_at,
-            "finishedAt": self.finished_at,
-        }
-
-
-@dataclass(frozen=True)
-class StopCommand:
-    reason: str
-
-
-@dataclass(frozen=True)
-class SavepointCommand:
-    record: SavepointRecord
-
-
-Command = StopCommand | SavepointCommand
 
 
 class RestoreRefused(RuntimeError):
     """The savepoint or checkpoint cannot serve this job; exit RESTORE_REFUSED."""
 
 
-class Runner:
+class Runner(SavepointOps):
     """Implements job_runtime.control.Controller; `run()` returns the exit code."""
 
     def __init__(self, settings: RuntimeSettings, job: JobDefinition, s3_config: S3Config) -> None:
@@ -211,36 +160,6 @@ class Runner:
         with self._lock:
             self._late_rows.add(run_id, reports)
 
-    def request_savepoint(self, path: str | None, stop: bool) -> dict[str, Any]:
-        with self._lock:
-            if self._state != RunState.RUNNING or self._stop_reason is not None:
-                raise ControlError(HTTPStatus.CONFLICT, f"the job is {self._state.value}: savepoints are taken while RUNNING")
-            if self._active_savepoint is not None:
-                raise ControlError(
-                    HTTPStatus.CONFLICT, f"savepoint {self._active_savepoint.id} is in progress; wait for it to finish"
-                )
-            target = path or self._default_savepoint_path()
-            try:
-                confine(target, self.settings.savepoint_location, self.settings.checkpoint_location)
-            except SavepointPathError as err:
-                log.warning("refused savepoint request job=%s reason=%s", self.settings.job_id, err)
-                raise ControlError(HTTPStatus.BAD_REQUEST, str(err)) from None
-            record = SavepointRecord(id=uuid.uuid4().hex[:12], path=target, stop=stop)
-            self._active_savepoint = record
-            self._remember(record)
-        self._commands.put(SavepointCommand(record))
-        log.info("accepted savepoint request job=%s id=%s path=%s stop=%s", self.settings.job_id, record.id, record.path, stop)
-        return {"id": record.id, "path": record.path}
-
-    def savepoint(self, savepoint_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            record = self._savepoints.get(savepoint_id)
-            return record.to_json() if record else None
-
-    def savepoints(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [r.to_json() for r in self._savepoints.values()]
-
     def request_stop(self, reason: str = "request") -> dict[str, Any]:
         self._commands.put(StopCommand(reason))
         return {"state": RunState.STOPPING.value}
@@ -265,7 +184,7 @@ class Runner:
             return self._fail(ExitCode.RESTORE_REFUSED, str(err))
         except Exception as err:
             log.exception("runtime failed job=%s", self.settings.job_id)
-            return self._fail(ExitCode.FAILED, _describe(err))
+            return self._fail(ExitCode.FAILED, describe(err))
         finally:
             if self._janitor is not None:
                 self._janitor.stop()
@@ -335,7 +254,7 @@ class Runner:
         """Storage hygiene (job_runtime.janitor): prunes once this driver has committed a batch past `baseline`."""
         if isinstance(baseline, Exception):
             log.warning("storage hygiene off job=%s reason=could not read the checkpoint's commits before the start: %s",
-                        self.settings.job_id, _describe(baseline))
+                        self.settings.job_id, describe(baseline))
             return
 
         def writing() -> list[str]:
@@ -478,7 +397,7 @@ class Runner:
             if nonrestored.is_operator_check(str(error)):
                 return self._operators_changed(error)  # None: started again without the dropped state
             context = pipeline.kafka_context(self.job, str(error))
-            return self._fail(ExitCode.FAILED, f"query failed: {_describe(error)}{context}")
+            return self._fail(ExitCode.FAILED, f"query failed: {describe(error)}{context}")
         self._join_worker()
         self._state = RunState.FINISHED
         log.info("finished query job=%s reason=the query ended by itself", self.settings.job_id)
@@ -495,7 +414,7 @@ class Runner:
         if decision.refusal is not None:
             return self._fail(ExitCode.RESTORE_REFUSED, decision.refusal)
         if self._dropped_state:
-            return self._fail(ExitCode.RESTORE_REFUSED, f"query failed again after dropping non-restored state: {_describe(error)}")
+            return self._fail(ExitCode.RESTORE_REFUSED, f"query failed again after dropping non-restored state: {describe(error)}")
         self._dropped_state = True
         nonrestored.drop_operator_state(location, decision.drop, job=self.settings.job_id, s3=self.s3_config)
         self._start_query()
@@ -515,15 +434,15 @@ class Runner:
         failed_before = None if asked_to_end or query.isActive else query.exception()
         query.stop()
         if failed_before is not None:
-            return _describe(failed_before)
+            return describe(failed_before)
         error = query.exception()
         if error is None:
             return None
         if interrupted_by_stop(error):
             log.info("stopped query job=%s note=the stop interrupted the batch in flight, which re-runs from the log error=%s",
-                     self.settings.job_id, _describe(error))
+                     self.settings.job_id, describe(error))
             return None
-        return _describe(error)
+        return describe(error)
 
     def _stop(self, reason: str) -> ExitCode:
         self._stop_reason = self._stop_reason or reason
@@ -540,123 +459,6 @@ class Runner:
         self._state = RunState.STOPPED
         log.info("stopped job=%s reason=%s", self.settings.job_id, self._stop_reason)
         return ExitCode.STOPPED_BY_REQUEST
-
-    def _stop_with_savepoint(self, record: SavepointRecord) -> ExitCode | None:
-        with self._lock:
-            self._state = RunState.SAVEPOINTING
-        log.info("stopping query for savepoint job=%s id=%s path=%s", self.settings.job_id, record.id, record.path)
-        error = self._stop_between_batches()
-        if error is not None:
-            self._finish_savepoint(record, error=f"the query had failed: {error}")
-            return self._fail(ExitCode.FAILED, f"query failed: {error}")
-        try:
-            batch_id = self._write_savepoint(record.path)
-        except Exception as err:
-            self._finish_savepoint(record, error=_describe(err))
-            log.error(
-                "failed savepoint job=%s id=%s path=%s error=%s; restarting the query from its checkpoint",
-                self.settings.job_id, record.id, record.path, _describe(err),
-            )
-            self._start_query()
-            return None
-        self._finish_savepoint(record, batch_id=batch_id)
-        self.final_savepoint = record
-        self._state = RunState.STOPPED
-        log.info("stopped for savepoint job=%s id=%s path=%s batchId=%d", self.settings.job_id, record.id, record.path, batch_id)
-        return ExitCode.STOPPED_FOR_SAVEPOINT
-
-    def _stop_between_batches(self) -> str | None:
-        """Stop after the batch in flight, before the next (job_runtime.drain); the error the query
-        had failed with, if it had. Past drain.drain_seconds() the stop interrupts the batch."""
-        query, spark = self._query, self._spark
-        assert query is not None and spark is not None
-        deadline = time.monotonic() + drain.drain_seconds(self.settings.savepoint_timeout_seconds)
-        asked = query.isActive and drain.end_after_batch(query, spark)
-        if asked:
-            how = drain.wait_ended(query, deadline)
-            log.info("ended query between batches job=%s how=%s", self.settings.job_id, how)
-        error = self._stop_query(asked_to_end=asked)
-        if error is not None:
-            return error
-        try:
-            planned = drain.planned_batch(self.settings.checkpoint_location, self.s3_config)
-        except Exception as err:  # the savepoint reads the checkpoint again and says what it holds
-            log.warning("could not look for a planned batch job=%s error=%s", self.settings.job_id, _describe(err))
-            return None
-        if planned is None:
-            return None
-        if time.monotonic() >= deadline or self.job.pipeline is None:
-            # an entrypoint may start its own query with its own trigger: not run again here
-            log.warning("stopped query with batch %d planned job=%s reason=%s; the savepoint holds it and a restore re-runs it",
-                        planned, self.settings.job_id, "deadline passed" if self.job.pipeline else "entrypoint job")
-            return None
-        log.info("finishing planned batch job=%s batchId=%d reason=the stop caught it before it committed", self.settings.job_id, planned)
-        try:
-            self._start_query(once=True)
-        except Exception as err:  # the savepoint then holds the planned batch, as after a deadline
-            log.warning("stopped query with batch %d planned job=%s reason=could not run it alone: %s",
-                        planned, self.settings.job_id, _describe(err))
-            return None
-        with self._lock:
-            self._state = RunState.SAVEPOINTING
-        finished = drain.wait_finished(self._query, deadline)  # type: ignore[arg-type]
-        error = self._stop_query()
-        if error is None and not finished:
-            log.warning("stopped query with batch %d planned job=%s reason=deadline passed; the savepoint holds it",
-                        planned, self.settings.job_id)
-        return error
-
-    def _savepoint_while_running(self, record: SavepointRecord) -> None:
-        try:
-            batch_id = self._write_savepoint(record.path)
-        except Exception as err:
-            self._finish_savepoint(record, error=_describe(err))
-            log.error("failed savepoint job=%s id=%s path=%s error=%s", self.settings.job_id, record.id, record.path, _describe(err))
-            return
-        self._finish_savepoint(record, batch_id=batch_id)
-        log.info("completed savepoint job=%s id=%s path=%s batchId=%d", self.settings.job_id, record.id, record.path, batch_id)
-
-    def _write_savepoint(self, path: str) -> int:
-        from job_runtime.savepoint import write_savepoint
-
-        assert self._spark is not None
-        started = time.monotonic()
-        manifest = write_savepoint(
-            self.settings.checkpoint_location,
-            path,
-            job_name=self.settings.name,
-            job_namespace=self.settings.namespace,
-            job_hash=self.settings.job_hash,
-            spark_version=self._spark.version,
-            state_partitions=self.settings.state_partitions,
-            s3_config=self.s3_config,
-        )
-        log.info(
-            "wrote savepoint job=%s path=%s batchId=%d files=%d bytes=%d seconds=%.1f",
-            self.settings.job_id, path, manifest.batch_id, len(manifest.files), manifest.total_bytes, time.monotonic() - started,
-        )
-        return manifest.batch_id
-
-    def _finish_savepoint(self, record: SavepointRecord, *, batch_id: int | None = None, error: str | None = None) -> None:
-        with self._lock:
-            record.batch_id = batch_id
-            record.error = error
-            record.state = SavepointState.FAILED if error is not None else SavepointState.COMPLETED
-            record.finished_at = utc_now()
-            if self._active_savepoint is record:
-                self._active_savepoint = None
-
-    def _remember(self, record: SavepointRecord) -> None:
-        self._savepoints[record.id] = record
-        while len(self._savepoints) > SAVEPOINT_HISTORY:
-            self._savepoints.popitem(last=False)
-
-    def _default_savepoint_path(self) -> str:
-        prefix = self.settings.savepoint_location
-        if not prefix:
-            raise ControlError(HTTPStatus.BAD_REQUEST, "body.path: required, the runtime has no --savepoint-location")
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        return f"{prefix.rstrip('/')}/savepoint-{stamp}-{uuid.uuid4().hex[:6]}"
 
     def _latest_completed_batch(self) -> int | None:
         at, value = self._latest_completed
@@ -682,35 +484,6 @@ class Runner:
         log.error("failed job=%s exitCode=%d error=%s", self.settings.job_id, int(code), message)
         print(f"streamjob-runtime: {message}", file=sys.stderr, flush=True)
         return code
-
-
-def interrupted_by_stop(err: BaseException) -> bool:
-    """Whether a query's error is the interruption that ``query.stop()`` causes (any cause in the chain)."""
-    text = str(err)
-    return any(mark in text for mark in ("InterruptedException", "InterruptedIOException", "ClosedByInterruptException",
-                                         "Read interrupted"))
-
-
-def _describe(err: BaseException) -> str:
-    """One readable line for an error: Spark's StreamingQueryException carries a long trace."""
-    text = str(err).strip()
-    if hasattr(err, "getMessage"):
-        try:
-            text = str(err.getMessage()).strip() or text
-        except Exception:
-            pass
-    lines = [line for line in text.splitlines() if line.strip()]
-    head = _python_exception(lines) or (lines[0] if lines else type(err).__name__)
-    return head if len(head) <= 2000 else head[:2000] + "..."
-
-
-def _python_exception(lines: list[str]) -> str | None:
-    """The exception line of a Python traceback Spark wraps ("An exception was raised by the
-    Python Proxy. Return Message: Traceback ..."), e.g. a foreachBatch sink's KafkaSinkError."""
-    start = next((i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line), None)
-    if start is None:
-        return None
-    return next((line for line in lines[start + 1:] if not line[0].isspace() and not line.startswith("Traceback")), None)
 
 
 def _progress_dict(progress: Any) -> dict[str, Any]:

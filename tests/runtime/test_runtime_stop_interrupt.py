@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from job_runtime.jobdef import load_job_definition
-from job_runtime.runner import Runner, interrupted_by_stop
+from job_runtime.query_errors import interrupted_by_stop
+from job_runtime.runner import Runner
 from job_runtime.s3 import S3Config
 from job_runtime.settings import RuntimeSettings
 
