@@ -291,6 +291,9 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
                     "volumeMounts": [
                         {"name": "job", "mountPath": JOB_MOUNT, "readOnly": True},
                         {"name": "token", "mountPath": TOKEN_MOUNT, "readOnly": True},
+                        # the only place the runtime image writes (java.io.tmpdir, spark.local.dir):
+                        # the image works with a read-only root filesystem (docs/images.md)
+                        {"name": "tmp", "mountPath": "/tmp"},
                     ],
                     "terminationMessagePath": "/dev/termination-log",
                     "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -299,6 +302,7 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
             "volumes": [
                 {"name": "job", "configMap": {"name": names.job_config_map(owner.name, action.epoch)}},
                 {"name": "token", "secret": {"secretName": names.token_secret(owner.name), "defaultMode": 0o444}},
+                {"name": "tmp", "emptyDir": {}},
             ],
         },
     }

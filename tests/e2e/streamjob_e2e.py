@@ -27,12 +27,16 @@ from kubernetes.client.rest import ApiException
 
 import job_runtime
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL
-from testbed import TestBed
+from testbed import TestBed, imagestore
 from testbed.proc import ManagedProcess
 from testbed.waiting import wait_for
 
 REPO = Path(job_runtime.__file__).resolve().parents[1]
-IMAGE = "ghcr.io/streamjob/streamjob-runtime:0.1.0"
+# The runtime image scripts/build-images.sh built (the kubelet runs pods inside it)...
+IMAGE = imagestore.runtime_image()
+# ...and a name no image was built under: the kubelet maps it to the development
+# virtualenv (testbed.kubelet.images), for tests that need the host's files or speed.
+DEV_IMAGE = "localhost/streamjob-dev/streamjob-runtime:0.1.0"
 START_TIMEOUT = 420.0  # a Spark driver start on a loaded 2-core machine
 
 
@@ -104,6 +108,15 @@ def operator(testbed: TestBed, crd: None, request: pytest.FixtureRequest, tmp_pa
         print(f"--- operator log {op.log_path} (tail) ---\n{op.log()[-6000:]}")
 
 
+@pytest.fixture(scope="session")
+def built_images() -> str:
+    """The built runtime image, also under the tag an upgrade moves to (as a user pushes a release)."""
+    assert imagestore.inspect(IMAGE) is not None, f"{IMAGE} was not built: bash scripts/build-images.sh"
+    if imagestore.inspect(IMAGE.replace("0.1.0", "0.1.1")) is None:
+        imagestore.tag(IMAGE, IMAGE.replace("0.1.0", "0.1.1"))
+    return IMAGE
+
+
 @pytest.fixture
 def s3_secret(core_v1: client.CoreV1Api, namespace: str, testbed: TestBed) -> str:
     assert testbed.s3 is not None
@@ -122,7 +135,7 @@ def rate_job(name: str, testbed: TestBed, *, prefix: str, storage: str = "s3", *
     else:
         checkpoint, output = f"file://{prefix}/checkpoint", f"file://{prefix}/output"
     body: dict[str, Any] = {
-        "image": IMAGE,
+        "image": DEV_IMAGE,
         "statePartitions": 2,
         "checkpoint": {"location": checkpoint, "triggerInterval": "2 seconds"},
         "savepoint": {"location": f"s3://streamjob/{prefix.strip('/').replace('/', '-')}-savepoints", "timeoutSeconds": 120},

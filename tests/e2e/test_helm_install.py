@@ -1,9 +1,11 @@
 """The Helm chart installs an operator that runs a job under least privilege.
 
-The operator runs as a pod of the chart's Deployment under the chart's
+The operator runs as a pod of the chart's Deployment (the built operator image,
+the chart's default) under the chart's
 namespaced RBAC (a Role in the watched namespace only); the job's driver runs
 under the chart's `streamjob-driver` ServiceAccount and starts a real executor
-pod through the API server. With RBAC on, this proves the grants are enough.
+pod through the API server, both from the built runtime image. With RBAC on, this
+proves the grants are enough.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import uuid
 from pathlib import Path
 
 from kubernetes import client
-from streamjob_e2e import REPO, Jobs, rate_job
+from streamjob_e2e import IMAGE, REPO, Jobs, rate_job
 
-from testbed import TestBed, locate
+from testbed import TestBed, imagestore, locate
 from testbed.waiting import wait_for
 
 
@@ -29,7 +31,7 @@ def helm(testbed: TestBed, *args: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
-def test_the_chart_runs_a_job_with_executors_under_least_privilege(testbed, crd, kube_api, namespace, s3_secret, s3):
+def test_the_chart_runs_a_job_with_executors_under_least_privilege(testbed, crd, kube_api, namespace, s3_secret, s3, built_images):
     release_ns = f"streamjob-system-{uuid.uuid4().hex[:5]}"
     core = client.CoreV1Api(kube_api)
     helm(testbed, "install", "streamjob", str(REPO / "charts" / "streamjob"), "--namespace", release_ns, "--create-namespace",
@@ -37,6 +39,7 @@ def test_the_chart_runs_a_job_with_executors_under_least_privilege(testbed, crd,
     try:
         operator_pods = core.list_namespaced_pod(release_ns, label_selector="app.kubernetes.io/name=streamjob-operator").items
         assert [p.status.phase for p in operator_pods] == ["Running"]
+        assert operator_pods[0].spec.containers[0].image == imagestore.operator_image()
         # namespaced install: nothing cluster-wide beyond read access to CRDs and namespaces
         rbac = client.RbacAuthorizationV1Api(kube_api)
         roles = rbac.list_namespaced_role(namespace, label_selector="app.kubernetes.io/instance=streamjob").items
@@ -46,7 +49,7 @@ def test_the_chart_runs_a_job_with_executors_under_least_privilege(testbed, crd,
 
         jobs = Jobs(kube_api, namespace)
         prefix = f"helm-{uuid.uuid4().hex[:6]}"
-        jobs.apply(rate_job("helm-job", testbed, prefix=prefix, serviceAccountName="streamjob-driver",
+        jobs.apply(rate_job("helm-job", testbed, prefix=prefix, serviceAccountName="streamjob-driver", image=IMAGE,
                             executor={"instances": 1, "memory": "512m"}))
         status = jobs.wait("helm-job", "ready with a completed batch",
                            lambda st: st.get("ready") is True and (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 1)

@@ -31,10 +31,12 @@ from streamjob_e2e import (
 
 def test_a_job_runs_restarts_upgrades_suspends_resumes_and_is_deleted_with_a_savepoint(
     testbed: TestBed, operator: Operator, jobs: Jobs, drivers: DriverCounter, s3_secret: str, s3: Any,
-    namespace: str, core_v1: client.CoreV1Api,
+    namespace: str, core_v1: client.CoreV1Api, built_images: str,
 ) -> None:
     prefix = f"e2e/{namespace}/life"
-    jobs.apply(rate_job("life", testbed, prefix=prefix, deletion={"savepointOnDelete": True, "timeoutSeconds": 180}))
+    # the driver runs inside the built runtime image, then inside its 0.1.1 tag
+    jobs.apply(rate_job("life", testbed, prefix=prefix, image=IMAGE,
+                        deletion={"savepointOnDelete": True, "timeoutSeconds": 180}))
 
     # apply -> running: owned objects, Ready, progress in status
     first = jobs.wait_ready("life")
