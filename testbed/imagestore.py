@@ -64,16 +64,15 @@ def inspect(name: str) -> StoredImage | None:
     if not available():
         return None
     try:
-        out = _buildah("inspect", "--type", "image", "--format",
-                       '{"id": {{json .FromImageID}}, "config": {{json .OCIv1.Config}}}', name, timeout=60)
+        out = _buildah("inspect", "--type", "image", name, timeout=60)
     except StoreError:
         return None
     data = json.loads(out)
-    config = data.get("config") or {}
+    config = (data.get("OCIv1") or {}).get("config") or {}
     env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
     return StoredImage(
         name=name,
-        image_id=data["id"],
+        image_id=data["FromImageID"],
         env=env,
         entrypoint=tuple(config.get("Entrypoint") or ()),
         cmd=tuple(config.get("Cmd") or ()),

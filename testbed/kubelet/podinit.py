@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import sys
+import warnings  # noqa: F401  (os.execvpe imports it lazily: after chroot the host stdlib is gone)
 
 CLONE_NEWNS = 0x00020000
 MS_RDONLY = 0x1
