@@ -122,6 +122,4 @@ build() {  # name dockerfile
 }
 build "$OPERATOR_IMAGE" images/operator/Dockerfile
 build "$RUNTIME_IMAGE" images/runtime/Dockerfile
-# layers of replaced builds
-"${B[@]}" rmi --prune >/dev/null 2>&1 || true
 echo "$IMAGES"
