@@ -5,7 +5,8 @@ starting kopf. Every trigger — create/update/resume of a StreamJob, a timer,
 any change of a driver pod (so a failure is acted on within a second), and
 deletion (with kopf's finalizer) — runs the same level-based pass; handlers
 never branch on what triggered them. A per-job lock serialises passes of one
-job inside this process; the leader Lease (main) keeps other replicas out.
+job inside this process; the leader Lease (main) keeps other replicas out, and
+its fence (``Settings.fence``) runs before every write the actor makes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -50,6 +51,7 @@ class Settings:
     layout: RuntimeLayout = field(default_factory=RuntimeLayout)
     repartition_supported: bool = True
     timer_seconds: float = TIMER_SECONDS
+    fence: Callable[[], None] = field(default=lambda: None)  # LeaderElector.ensure_leading when elected
 
 
 SETTINGS = Settings()
@@ -70,6 +72,18 @@ def _lock(namespace: str, name: str) -> threading.Lock:
         return _locks.setdefault((namespace, name), threading.Lock())
 
 
+def wait_idle(timeout: float) -> bool:
+    """True once no pass runs (every pass holds its job's lock), within ``timeout`` seconds in all."""
+    deadline = time.monotonic() + timeout
+    with _locks_guard:
+        locks = list(_locks.values())
+    for lock in locks:
+        if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return False
+        lock.release()
+    return True
+
+
 def _status_of(body: dict[str, Any]) -> StreamJobStatus:
     raw = dict(body.get("status") or {})
     known = {f.alias or n for n, f in StreamJobStatus.model_fields.items()}
@@ -88,7 +102,7 @@ def reconcile(namespace: str, name: str) -> Decision | None:
     event within that pass, and raises ``PassFailed`` when the pass could not finish.
     """
     clients = _clients()
-    actor = Actor(clients)
+    actor = Actor(clients, SETTINGS.fence)
     with _lock(namespace, name):
         decision: Decision | None = None
         for _ in range(MAX_PASSES):
@@ -270,7 +284,7 @@ def on_delete(namespace: str | None, name: str, meta: Mapping[str, Any], spec: M
                    "Skipped: stopping the driver and deleting the job's objects through the operator; Kubernetes garbage "
                    "collection deletes them through their owner references. Savepoints and checkpoints in S3 are kept.")
         log.warning("Released finalizer streamjob=%s/%s reason=DeletionTimedOut why=%s", ns, name, why)
-        Actor(_clients()).emit(Owner(name, ns, str(meta.get("uid") or "")), Event("Warning", "DeletionTimedOut", message))
+        Actor(_clients(), SETTINGS.fence).emit(Owner(name, ns, str(meta.get("uid") or "")), Event("Warning", "DeletionTimedOut", message))
         metrics.forget_job(ns, name)
         return
     raise kopf.TemporaryError(why, delay=delay)

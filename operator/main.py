@@ -1,24 +1,33 @@
-"""The `streamjob-operator` command: parse flags, win the leader Lease, run kopf with our handlers.
+"""The `streamjob-operator` command: parse flags, serve health, win the leader Lease, run kopf with our handlers.
 
 Called as the console script (pyproject ``[project.scripts]``) in the
-operator's Deployment, and as a subprocess by the end-to-end tests.
+operator's Deployment, and as a subprocess by the end-to-end tests. The
+health endpoints come first, so a standby answers its probes while it waits;
+kopf starts only on the leader (``standalone``: exclusivity comes from our
+Lease, not kopf peering, whose replicas of equal priority all freeze).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import socket
 import sys
 import uuid
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import kopf
 
 from streamjob_operator.k8s.resources import RuntimeLayout
 
+if TYPE_CHECKING:
+    from streamjob_operator.k8s.lease import LeaderElector
+
 log = logging.getLogger("streamjob_operator")
+KOPF_ANSWER_SECONDS = 3  # the leader is live while kopf's event loop answers within this (the chart's probe timeout is above)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="watch this namespace (repeatable; kopf globs like 'team-*' work)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)")
     parser.add_argument("--liveness", metavar="URL", default=os.environ.get("STREAMJOB_LIVENESS"),
-                        help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
+                        help="serve a liveness probe at this URL, e.g. http://0.0.0.0:8080/healthz, and readiness at /readyz "
+                             "on the same port (standby replicas too)")
     parser.add_argument("--metrics-address", metavar="HOST:PORT", default=os.environ.get("STREAMJOB_METRICS_ADDRESS"),
                         help="serve Prometheus metrics on http://HOST:PORT/metrics, e.g. 0.0.0.0:9090 (off when unset)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each pass")
@@ -43,7 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lease-name", default="streamjob-operator", help="name of the leader Lease")
     parser.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"),
                         help="namespace of the leader Lease (default $POD_NAMESPACE or default)")
-    parser.add_argument("--lease-seconds", type=int, default=15, help="leader Lease duration")
+    parser.add_argument("--lease-seconds", type=int, default=int(os.environ.get("STREAMJOB_LEASE_SECONDS", "15")),
+                        help="leader Lease duration: a standby takes over this long after it last saw the Lease renewed")
+    parser.add_argument("--renew-deadline-seconds", type=float, default=None,
+                        help="the leader steps down (exits) when no renewal was accepted for this long "
+                             "(default 2/3 of --lease-seconds; must be below it)")
+    parser.add_argument("--retry-period-seconds", type=float, default=None,
+                        help="between two tries to take or renew the Lease (default 2/15 of --lease-seconds)")
     parser.add_argument("--runtime-command", default=os.environ.get("STREAMJOB_RUNTIME_COMMAND", RuntimeLayout.runtime_command),
                         help="the job runtime's command inside the runtime image (the driver container's main process)")
     parser.add_argument("--control-port", type=int, default=RuntimeLayout.control_port, help="driver control endpoint port")
@@ -66,7 +82,8 @@ def configure_logging(verbose: bool, debug: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.log_level == "debug":
         args.debug = True
     elif args.log_level == "verbose":
@@ -74,9 +91,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.verbose, args.debug)
 
     from streamjob_operator import handlers, metrics  # handlers registers the kopf handlers
+    from streamjob_operator.health import HealthError, HealthServer
     from streamjob_operator.k8s.clients import load_api_client
-    from streamjob_operator.k8s.lease import LeaderLease
+    from streamjob_operator.k8s.lease import LeaderElector
+    from streamjob_operator.k8s.lease_rules import TimingError, Timings
 
+    try:
+        timings = Timings.derive(args.lease_seconds, args.renew_deadline_seconds, args.retry_period_seconds)
+    except TimingError as err:
+        parser.error(str(err))
     handlers.SETTINGS.layout = RuntimeLayout(runtime_command=args.runtime_command, control_port=args.control_port)
     handlers.SETTINGS.repartition_supported = args.repartition
 
@@ -84,29 +107,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics.serve(args.metrics_address)
         log.info("Serving metrics address=http://%s/metrics", args.metrics_address)
     metrics.LEADER.set(0)
-    lease = None
+    loop = asyncio.new_event_loop()
+    elector = None
     if args.leader_election:
         identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
-        lease = LeaderLease(load_api_client(), args.lease_namespace, args.lease_name, identity, lease_seconds=args.lease_seconds,
-                            renew_seconds=max(1.0, args.lease_seconds / 3))
-        lease.acquire()
-        lease.keep_renewing()
+        elector = LeaderElector(load_api_client(), args.lease_namespace, args.lease_name, identity, timings)
+    if args.liveness:
+        try:
+            health = HealthServer(args.liveness, live=lambda: _live(elector, loop),
+                                  ready=lambda: elector is None or elector.leading() or elector.connected())
+        except HealthError as err:
+            parser.error(str(err))
+        except OSError as err:  # e.g. the port is taken: say which flag and address
+            parser.error(f"--liveness: cannot listen on {args.liveness}: {err}")
+        health.start()
+        log.info("Serving health liveness=%s%s readiness=%s/readyz", health.address, health.path, health.address)
+    if elector is not None:
+        log.info("Started leader election lease=%s/%s identity=%s leaseSeconds=%g renewDeadlineSeconds=%g retryPeriodSeconds=%g",
+                 args.lease_namespace, args.lease_name, elector.identity, timings.lease_seconds, timings.renew_deadline,
+                 timings.retry_period)
+        elector.start()
+        if not elector.wait_until_leading():
+            return 1
+        handlers.SETTINGS.fence = elector.ensure_leading
     metrics.LEADER.set(1)  # losing the Lease ends the process (lease.py): no path back to 0 while serving
     namespaces = args.namespace
     log.info("Started operator namespaces=%s leaderElection=%s driverScript=%s",
              ",".join(namespaces) or "*", args.leader_election, args.runtime_command)
     try:
-        kopf.run(
-            standalone=True,  # exclusivity comes from the Lease above, not kopf peering
-            namespaces=namespaces,
-            clusterwide=not namespaces,
-            liveness_endpoint=args.liveness,
-        )
+        kopf.run(loop=loop, standalone=True, namespaces=namespaces, clusterwide=not namespaces)
     finally:
         metrics.LEADER.set(0)
-        if lease is not None:
-            lease.release()
+        if elector is not None:  # the fence refuses writes from here on; passes still running end before the handover
+            elector.release(idle=lambda: handlers.wait_idle(timings.renew_deadline))
     return 0
+
+
+def _live(elector: LeaderElector | None, loop: asyncio.AbstractEventLoop) -> bool:
+    """The election loop goes round and, on the leader, kopf's event loop answers within KOPF_ANSWER_SECONDS."""
+    if elector is not None and not elector.alive():
+        return False
+    if not loop.is_running():  # kopf not started (a standby) or stopping
+        return True
+    answer = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop)
+    try:
+        answer.result(timeout=KOPF_ANSWER_SECONDS)
+    except Exception:
+        answer.cancel()
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .podtemplate import MERGE_RULES
+
 
 def _type_of(node: dict[str, Any]) -> str:
     t = node.get("type", "any")
@@ -95,4 +97,6 @@ def render_reference(crd: dict[str, Any]) -> str:
             for where, rule in rules:
                 r = rule["rule"].replace("|", "\\|")
                 lines.append(f"| `{where}` | `{r}` | {rule['message']} |")
+        if section == "spec":
+            lines += ["", "### Pod templates", "", MERGE_RULES.rstrip("\n")]
     return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, ValidationError
 
 from job_runtime.jobdef import JobDefinition, Model, cel, format_validation_error
+from streamjob_operator.api.podtemplate import MAIN_CONTAINER, LocalObjectReference, PodTemplate
 from streamjob_operator.api.status import MAX_FAILURES
 from job_runtime.sparkconf import OWNED_CONFS
 
@@ -46,6 +47,27 @@ def owned_conf_rules() -> list[dict[str, Any]]:
         }
         for owned in OWNED_CONFS
     ]
+
+
+def file_checkpoint_rule() -> dict[str, Any]:
+    """A file:// checkpoint needs a volume (not an emptyDir) mounted at it, or a pod restart loses the job's state.
+
+    Checked on spec.podTemplate, the template of the driver and the executors
+    (executors write the state store's files into the checkpoint too).
+    """
+    loc = "self.checkpoint.location"
+    tpl = "self.podTemplate.spec"
+    mounted = (f"(({loc} + '/').startsWith('file://' + m.mountPath + (m.mountPath.endsWith('/') ? '' : '/'))"
+               f" && {tpl}.volumes.exists(v, v.name == m.name && !has(v.emptyDir)))")
+    return cel(
+        f"!{loc}.startsWith('file://') || (has(self.podTemplate) && has({tpl}) && has({tpl}.containers)"
+        f" && has({tpl}.volumes) && {tpl}.containers.exists(c, c.name == '{MAIN_CONTAINER}'"
+        f" && has(c.volumeMounts) && c.volumeMounts.exists(m, {mounted})))",
+        "a file:// checkpoint on the pod's own disk is lost when the pod is replaced: mount a volume that outlives "
+        f"the pod (a PersistentVolumeClaim, NFS, hostPath; not an emptyDir) at the checkpoint path or a parent of it in "
+        f"spec.podTemplate.spec.containers['{MAIN_CONTAINER}'].volumeMounts, or use s3a://",
+        ".checkpoint.location",
+    )
 
 
 class UpgradeMode(str, Enum):
@@ -94,6 +116,10 @@ class Resources(Model):
     cores: int = Field(default=1, ge=1, le=64, description="CPU cores.")
     memory: str = Field(default="1g", pattern=MEMORY_PATTERN, description="JVM heap in Spark's notation, e.g. 1g or 512m.")
     memory_overhead: str | None = Field(default=None, alias="memoryOverhead", pattern=MEMORY_PATTERN, description="Non-heap memory added to the pod.")
+    pod_template: PodTemplate | None = Field(
+        default=None, alias="podTemplate",
+        description="Pod template of this role only, merged over spec.podTemplate (its fields win).",
+    )
 
 
 class ExecutorSpec(Resources):
@@ -194,6 +220,7 @@ class StreamJobSpec(Model):
                     " || self.upgradeMode == 'savepoint' || self.upgradeMode == 'stateless'",
                     "changing statePartitions needs upgradeMode savepoint (offline repartition) or stateless",
                     ".statePartitions"),
+                file_checkpoint_rule(),
                 *owned_conf_rules(),
             ]
         }
@@ -206,6 +233,15 @@ class StreamJobSpec(Model):
         default=None, alias="serviceAccountName",
         description="Service account of the driver; it must be allowed to manage pods, services and configmaps "
         "in the namespace (the Helm chart creates one). Defaults to '<name>-driver', created by the operator.",
+    )
+    image_pull_secrets: list[LocalObjectReference] | None = Field(
+        default=None, alias="imagePullSecrets", max_length=16,
+        description="Secrets to pull the image with, on the driver and executor pods (with any of the pod templates').",
+    )
+    pod_template: PodTemplate | None = Field(
+        default=None, alias="podTemplate",
+        description="Pod template of the driver and the executors (as Flink's podTemplate); driver.podTemplate and "
+        "executor.podTemplate are merged over it. Merge rules: docs/reference.md, 'Pod templates'.",
     )
     job: JobDefinition = Field(description="What to run: a Python entrypoint or a declarative pipeline.")
     spark_conf: dict[str, str] = Field(

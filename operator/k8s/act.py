@@ -84,13 +84,22 @@ _exists_ok = _ignore(409)
 _gone_ok = _ignore(404)
 
 
+def _always() -> None:
+    return None
+
+
 class Actor:
-    def __init__(self, clients: Clients) -> None:
+    """Every write of a pass goes through here; ``fence`` runs first and raises when this replica may not write
+    (``LeaderElector.ensure_leading``: a replica past its Lease deadline steps down instead of writing)."""
+
+    def __init__(self, clients: Clients, fence: Callable[[], None] = _always) -> None:
         self.clients = clients
+        self.fence = fence
 
     # --- status and events -------------------------------------------------------------------
     def write_status(self, owner: Owner, status: StreamJobStatus) -> None:
         body = {"status": status.model_dump(mode="json", by_alias=True)}
+        self.fence()
         self.clients.custom.patch_namespaced_custom_object_status(API_GROUP, API_VERSION, owner.namespace, PLURAL, owner.name, body)
 
     def emit(self, owner: Owner, event: Event) -> None:
@@ -109,6 +118,7 @@ class Actor:
             "lastTimestamp": now,
             "count": 1,
         }
+        self.fence()
         try:
             self.clients.core.create_namespaced_event(owner.namespace, body)
         except ApiException as err:  # an event is information, never a reason to fail the pass
@@ -116,6 +126,7 @@ class Actor:
 
     # --- actions -------------------------------------------------------------------------------
     def execute(self, owner: Owner, spec: StreamJobSpec, action: Action, pod_ips: dict[str, str | None]) -> Outcome | None:
+        self.fence()
         if isinstance(action, EnsureSupportObjects):
             self.ensure_support(owner, spec, action)
         elif isinstance(action, CreateDriver):
@@ -153,6 +164,7 @@ class Actor:
                 _gone_ok(lambda: core.delete_namespaced_config_map(cm["metadata"]["name"], ns))
         _exists_ok(lambda: core.create_namespaced_config_map(ns, resources.job_config_map(owner, spec, action.epoch)))
         pod = resources.driver_pod(owner, spec, action, self.clients.layout)
+        self.fence()  # again, right before the write that must never come from a replaced leader
         if _exists_ok(lambda: core.create_namespaced_pod(ns, pod)) is not None:
             log.info("Created driver pod streamjob=%s/%s pod=%s checkpoint=%s restoreFrom=%s",
                      ns, owner.name, action.pod, action.checkpoint_location, action.restore_from)

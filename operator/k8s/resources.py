@@ -19,6 +19,7 @@ from typing import Any
 
 from job_runtime.jobdef import dump_job_definition
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, KIND, StreamJobSpec
+from streamjob_operator.k8s import pods
 from streamjob_operator.reconcile import names
 from streamjob_operator.reconcile.model import CreateDriver
 
@@ -28,6 +29,7 @@ JOB_MOUNT = "/etc/streamjob/job"
 TOKEN_MOUNT = "/etc/streamjob/token"
 TOKEN_KEY = "token"
 JOB_KEY = "job.json"
+EXECUTOR_TEMPLATE_KEY = "executor-pod.json"  # Spark's executor pod template, in the job ConfigMap
 # What Spark 4's driver calls in client mode, measured with the API server's audit
 # log (tests/e2e/test_rbac_minimal.py proves each verb used by a named step):
 # its own pod (get, for the executors' owner reference), executor pods (create,
@@ -88,12 +90,25 @@ def _meta(owner: Owner, name: str, labels: dict[str, str] | None = None, annotat
     return meta
 
 
+def executor_pod_template(spec: StreamJobSpec) -> Manifest:
+    """spec.podTemplate with executor.podTemplate over it, the pull secrets and the restricted defaults."""
+    template = pods.role_template(spec.pod_template, spec.executor.pod_template)
+    return pods.executor_template(template, _pull_secrets(spec))
+
+
+def _pull_secrets(spec: StreamJobSpec) -> list[Manifest]:
+    return [{"name": s.name} for s in spec.image_pull_secrets or []]
+
+
 def job_config_map(owner: Owner, spec: StreamJobSpec, epoch: int) -> Manifest:
+    data = {JOB_KEY: dump_job_definition(spec.job)}
+    if spec.executor.instances > 0:
+        data[EXECUTOR_TEMPLATE_KEY] = json.dumps(executor_pod_template(spec), sort_keys=True)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(owner, names.job_config_map(owner.name, epoch), {**names.job_labels(owner.name), names.LABEL_EPOCH: str(epoch)}),
-        "data": {JOB_KEY: dump_job_definition(spec.job)},
+        "data": data,
     }
 
 
@@ -190,6 +205,9 @@ def spark_conf(owner: Owner, spec: StreamJobSpec, pod: str, layout: RuntimeLayou
         ("spark.executor.cores", str(ex.cores)),
         ("spark.executor.memory", ex.memory),
         ("spark.kubernetes.executor.label." + names.LABEL_JOB, owner.name),
+        # pod template, pull secrets and securityContext of the executors (job_config_map writes the file)
+        ("spark.kubernetes.executor.podTemplateFile", f"{JOB_MOUNT}/{EXECUTOR_TEMPLATE_KEY}"),
+        ("spark.kubernetes.executor.podTemplateContainerName", pods.EXECUTOR_CONTAINER),
         # Least privilege (DRIVER_ROLE_RULES): the headless Service is the operator's, and
         # without these Spark lists PVCs and deletes Services and PVCs by label at stop.
         ("spark.kubernetes.driver.service.deleteOnTermination", "false"),
@@ -262,7 +280,7 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
             ]
     memory = _pod_memory(spec.driver.memory, spec.driver.memory_overhead)
     labels = names.driver_labels(owner.name, action.epoch)
-    return {
+    own = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _meta(owner, action.pod, labels, {names.ANNOTATION_SPEC_HASH: action.spec_hash}),
@@ -289,23 +307,26 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
                         "limits": {"memory": memory},
                     },
                     "volumeMounts": [
-                        {"name": "job", "mountPath": JOB_MOUNT, "readOnly": True},
-                        {"name": "token", "mountPath": TOKEN_MOUNT, "readOnly": True},
+                        {"name": "streamjob-job", "mountPath": JOB_MOUNT, "readOnly": True},
+                        {"name": "streamjob-token", "mountPath": TOKEN_MOUNT, "readOnly": True},
                         # the only place the runtime image writes (java.io.tmpdir, spark.local.dir):
                         # the image works with a read-only root filesystem (docs/images.md)
-                        {"name": "tmp", "mountPath": "/tmp"},
+                        {"name": "streamjob-tmp", "mountPath": "/tmp"},
                     ],
                     "terminationMessagePath": "/dev/termination-log",
                     "terminationMessagePolicy": "FallbackToLogsOnError",
                 }
             ],
             "volumes": [
-                {"name": "job", "configMap": {"name": names.job_config_map(owner.name, action.epoch)}},
-                {"name": "token", "secret": {"secretName": names.token_secret(owner.name), "defaultMode": 0o444}},
-                {"name": "tmp", "emptyDir": {}},
+                {"name": "streamjob-job", "configMap": {"name": names.job_config_map(owner.name, action.epoch)}},
+                {"name": "streamjob-token", "secret": {"secretName": names.token_secret(owner.name), "defaultMode": 0o444}},
+                {"name": "streamjob-tmp", "emptyDir": {}},
             ],
         },
     }
+    # the user's pod template (spec.podTemplate, driver.podTemplate) merged in, restricted defaults under it
+    template = pods.role_template(spec.pod_template, spec.driver.pod_template)
+    return pods.driver_pod(template, own, _pull_secrets(spec))
 
 
 def pretty(manifest: Manifest) -> str:

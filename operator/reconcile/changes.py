@@ -27,6 +27,8 @@ CHANGE_TABLE: dict[str, ChangeKind] = {
     "image": ChangeKind.savepoint_redeploy,
     "imagePullPolicy": ChangeKind.savepoint_redeploy,
     "serviceAccountName": ChangeKind.savepoint_redeploy,
+    "imagePullSecrets": ChangeKind.savepoint_redeploy,
+    "podTemplate": ChangeKind.savepoint_redeploy,
     "job": ChangeKind.savepoint_redeploy,
     "sparkConf": ChangeKind.savepoint_redeploy,
     "driver": ChangeKind.savepoint_redeploy,

@@ -69,6 +69,19 @@ class KubeletContext:
     backoff_max: float = 30.0
 
 
+def main_container(pod: Obj) -> Obj:
+    """The one container this kubelet runs: the pod's default container, else its first.
+
+    A process per pod, so sidecars do not run; the default container is the one
+    `kubectl logs` picks (annotation kubectl.kubernetes.io/default-container),
+    which Spark's executor pods with a pod template's sidecars need: Spark puts
+    its executor container after them.
+    """
+    containers = pod["spec"]["containers"]
+    wanted = ((pod.get("metadata") or {}).get("annotations") or {}).get("kubectl.kubernetes.io/default-container")
+    return next((c for c in containers if c.get("name") == wanted), containers[0])
+
+
 def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -251,7 +264,7 @@ class PodWorker(threading.Thread):
             "podIPs": [{"ip": ip}],
             "startTime": now(),
         }
-        container = pod["spec"]["containers"][0]
+        container = main_container(pod)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.pod_dir.mkdir(parents=True, exist_ok=True)
         log.info("Admitted pod pod=%s uid=%s ip=%s image=%s", self.key, self.uid, ip, container.get("image"))

@@ -56,6 +56,13 @@ def spark_conf(key: str, value: str) -> Callable[[dict[str, Any]], None]:
     return mutate
 
 
+def mounted(path: str, kind: str = "hostPath") -> dict[str, Any]:
+    """A pod template mounting a volume of `kind` at `path` in the main container."""
+    source = {"path": path} if kind == "hostPath" else {}
+    return {"spec": {"containers": [{"name": "main", "volumeMounts": [{"name": "state", "mountPath": path}]}],
+                     "volumes": [{"name": "state", kind: source}]}}
+
+
 def both(*mutations: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
     def mutate(obj: dict[str, Any]) -> None:
         for m in mutations:
@@ -98,6 +105,26 @@ INVALID = [
     pytest.param(setting("metadata.name", "a" * 70), "metadata.name", id="name longer than 63 characters is refused"),
     pytest.param(setting("metadata.name", "1clicks"), "metadata.name", id="name starting with a digit is refused"),
     pytest.param(setting("metadata.name", "clicks.per.user"), "metadata.name", id="name with dots is refused"),
+    pytest.param(setting("spec.checkpoint.location", "file:///data/ck"), "spec.checkpoint.location: Invalid value: a file:// "
+                 "checkpoint on the pod's own disk is lost", id="file checkpoint without a volume is refused"),
+    pytest.param(both(setting("spec.checkpoint.location", "file:///data/ck"), setting("spec.podTemplate", mounted("/data", "emptyDir"))),
+                 "spec.checkpoint.location", id="file checkpoint on an emptyDir is refused"),
+    pytest.param(both(setting("spec.checkpoint.location", "file:///database/ck"), setting("spec.podTemplate", mounted("/data"))),
+                 "spec.checkpoint.location", id="file checkpoint beside the mounted volume is refused"),
+    pytest.param(both(setting("spec.checkpoint.location", "file:///data/ck"), setting("spec.driver.podTemplate", mounted("/data"))),
+                 "spec.checkpoint.location", id="file checkpoint mounted in the driver only is refused"),
+    pytest.param(setting("spec.podTemplate.spec.restartPolicy", "Always"), "spec.podTemplate.spec.restartPolicy",
+                 id="template restartPolicy is refused"),
+    pytest.param(setting("spec.executor.podTemplate.spec.serviceAccountName", "admin"), "spec.executor.podTemplate.spec.serviceAccountName",
+                 id="template serviceAccountName is refused"),
+    pytest.param(setting("spec.podTemplate.spec.containers", [{"name": "driver", "image": "x"}]), "spec.podTemplate.spec.containers",
+                 id="template container named like the operator's is refused"),
+    pytest.param(setting("spec.podTemplate.spec.containers", [{"image": "x"}]), "spec.podTemplate.spec.containers[0].name",
+                 id="template container without a name is refused"),
+    pytest.param(setting("spec.podTemplate.spec.volumes", [{"name": "streamjob-job", "emptyDir": {}}]), "spec.podTemplate.spec.volumes",
+                 id="template volume named like the operator's is refused"),
+    pytest.param(setting("spec.podTemplate.metadata", {"name": "x"}), "spec.podTemplate.metadata", id="template pod name is refused"),
+    pytest.param(setting("spec.imagePullSecrets", [{"name": ""}]), "spec.imagePullSecrets[0].name", id="empty pull secret name is refused"),
     *(
         # the runtime's own words (job_runtime.sparkconf), so apply time and exit 12 say the same
         pytest.param(spark_conf(owned.key, "1"), f"spec.sparkConf[{owned.key}]: Forbidden: {owned.rule}",
@@ -151,3 +178,40 @@ def test_printer_columns_show_state_and_savepoint(kubectl_run, streamjob_crd, na
     row = kubectl_run("get", "sj", "minimal", "-n", namespace, "--no-headers").stdout
     assert path not in row and re.search(r"\s\d+y\d*d?\s", row), row  # e.g. "6y330d", not the path
     assert path in kubectl_run("get", "sj", "minimal", "-n", namespace, "-o", "wide").stdout
+
+
+@pytest.mark.parametrize("checkpoint", ["file:///data/ck", "file:///data", "file:///data/"], ids=["below", "at", "at-slash"])
+def test_a_file_checkpoint_on_a_mounted_volume_is_accepted(kubectl_run, streamjob_crd, namespace, checkpoint):
+    obj = base()
+    obj["spec"]["checkpoint"]["location"] = checkpoint
+    obj["spec"]["podTemplate"] = mounted("/data")
+    result = kubectl_run("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(obj), check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_pod_template_is_stored_as_written(kubectl_run, streamjob_crd, namespace):
+    """Standard Pod fields the schema does not type (tolerations, affinity, sidecars...) survive the API server."""
+    template = {
+        "metadata": {"labels": {"team": "payments"}, "annotations": {"example.com/owner": "payments"}},
+        "spec": {
+            "nodeSelector": {"pool": "streaming"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "spark", "effect": "NoSchedule"}],
+            "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}},
+            "securityContext": {"fsGroup": 2000},
+            "containers": [{"name": "main", "env": [{"name": "TZ", "value": "UTC"}],
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch", "readOnly": True}]},
+                           {"name": "log-shipper", "image": "busybox:1.36", "args": ["sleep", "infinity"]}],
+            "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}],
+            "imagePullSecrets": [{"name": "mirror"}],
+        },
+    }
+    obj = base()
+    obj["spec"]["podTemplate"] = template
+    obj["spec"]["executor"]["podTemplate"] = {"spec": {"nodeSelector": {"spot": "true"}}}
+    obj["spec"]["imagePullSecrets"] = [{"name": "registry"}]
+    kubectl_run("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(obj))
+    got = yaml.safe_load(kubectl_run("get", "sj", obj["metadata"]["name"], "-n", namespace, "-o", "yaml").stdout)["spec"]
+    assert got["podTemplate"] == template
+    assert got["executor"]["podTemplate"] == {"spec": {"nodeSelector": {"spot": "true"}}}
+    assert got["imagePullSecrets"] == [{"name": "registry"}]

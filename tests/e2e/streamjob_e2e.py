@@ -61,16 +61,18 @@ def _established(ext: client.ApiextensionsV1Api) -> bool:
 class Operator:
     """`streamjob-operator` as a subprocess; kill() is SIGKILL, like a crashed pod."""
 
-    def __init__(self, testbed: TestBed, log_path: Path, lease: str, extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, testbed: TestBed, log_path: Path, lease: str, extra_args: Sequence[str] = (),
+                 kubeconfig: Path | None = None) -> None:
         self.testbed = testbed
         self.log_path = log_path
         self.lease = lease
         self.extra_args = list(extra_args)
+        self.kubeconfig = kubeconfig or testbed.kubeconfig
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         env = dict(os.environ)
-        env["KUBECONFIG"] = str(self.testbed.kubeconfig)
+        env["KUBECONFIG"] = str(self.kubeconfig)
         env.pop("PYTHONPATH", None)
         exe = Path(sys.executable).with_name("streamjob-operator")
         with open(self.log_path, "ab") as out:
@@ -152,6 +154,11 @@ def rate_job(name: str, testbed: TestBed, *, prefix: str, storage: str = "s3", *
             }
         },
     }
+    if storage != "s3":  # a file:// checkpoint needs a lasting volume mounted at it (hostPath: the test bed's disk)
+        body["podTemplate"] = {"spec": {
+            "containers": [{"name": "main", "volumeMounts": [{"name": "state", "mountPath": prefix}]}],
+            "volumes": [{"name": "state", "hostPath": {"path": prefix, "type": "DirectoryOrCreate"}}],
+        }}
     for key, value in spec.items():
         if isinstance(value, dict) and isinstance(body.get(key), dict):
             body[key] = {**body[key], **value}

@@ -1,7 +1,8 @@
 """The Helm chart installs an operator that runs a job under least privilege.
 
 The operator runs as a pod of the chart's Deployment (the built operator image,
-the chart's default) under the chart's
+the chart's default), in a namespace that enforces the `restricted` Pod Security
+Standard, under the chart's
 namespaced RBAC (a Role in the watched namespace only); the job's driver runs
 under the chart's `streamjob-driver` ServiceAccount and starts a real executor
 pod through the API server, both from the built runtime image. With RBAC on, this
@@ -34,7 +35,10 @@ def helm(testbed: TestBed, *args: str) -> subprocess.CompletedProcess[str]:
 def test_the_chart_runs_a_job_with_executors_under_least_privilege(testbed, crd, kube_api, namespace, s3_secret, s3, built_images):
     release_ns = f"streamjob-system-{uuid.uuid4().hex[:5]}"
     core = client.CoreV1Api(kube_api)
-    helm(testbed, "install", "streamjob", str(REPO / "charts" / "streamjob"), "--namespace", release_ns, "--create-namespace",
+    # the operator's own pod passes the restricted Pod Security Standard (the API server's admission refuses it otherwise)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=release_ns, labels={
+        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"})))
+    helm(testbed, "install", "streamjob", str(REPO / "charts" / "streamjob"), "--namespace", release_ns,
          "--set", f"watchNamespaces={{{namespace}}}", "--wait", "--timeout", "240s")
     try:
         operator_pods = core.list_namespaced_pod(release_ns, label_selector="app.kubernetes.io/name=streamjob-operator").items

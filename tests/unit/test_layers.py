@@ -16,7 +16,7 @@ import streamjob_operator
 PACKAGE = Path(streamjob_operator.__file__).parent
 DECIDE = sorted(str(f.relative_to(PACKAGE)) for f in (PACKAGE / "reconcile" / "decide").glob("*.py"))
 PURE = [*DECIDE, "reconcile/changes.py", "reconcile/policy.py", "reconcile/names.py", "reconcile/model.py",
-        "k8s/resources.py"]
+        "k8s/resources.py", "k8s/lease_rules.py"]
 FORBIDDEN = {"kopf", "kubernetes", "boto3", "botocore", "urllib", "http", "socket", "requests", "aiohttp", "time", "random",
              "secrets", "os", "subprocess", "streamjob_operator.k8s.act", "streamjob_operator.reconcile.observe",
              "streamjob_operator.handlers"}
