@@ -199,6 +199,15 @@ class RuntimeProcess:
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read() or b"{}")
 
+    def stop_with_savepoint(self, timeout: float = 300) -> str:
+        """POST /savepoints with stop; the process must exit STOPPED_FOR_SAVEPOINT. Returns the savepoint's path."""
+        from job_runtime.exitcodes import ExitCode
+
+        code, accepted = self.request("POST", "/savepoints", {"stop": True})
+        assert code == 202, accepted
+        assert self.wait(timeout) == ExitCode.STOPPED_FOR_SAVEPOINT, self.log_tail()
+        return str(accepted["path"])
+
     def status(self) -> dict[str, Any]:
         code, body = self.request("GET", "/status")
         assert code == 200, (code, body)

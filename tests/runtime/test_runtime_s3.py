@@ -18,7 +18,6 @@ from runtime_harness import S3_BUCKET as BUCKET
 from runtime_harness import RuntimeProcess, example_job, run_args, runtime_env
 from runtime_inputs import Input
 
-from job_runtime.exitcodes import ExitCode
 from job_runtime.savepoint import MANIFEST_NAME
 from testbed import locate
 from testbed.s3 import S3Server, client
@@ -83,10 +82,7 @@ def test_s3a_checkpoint_and_s3_savepoint_round_trip(
     )
     processes.append(first.start())
     first.wait_for("a committed batch on s3a", lambda s: (s["latestCompletedBatch"] or -1) >= 1, timeout=300)
-    code, accepted = first.request("POST", "/savepoints", {"stop": True})
-    assert code == 202, accepted
-    assert first.wait(300) == ExitCode.STOPPED_FOR_SAVEPOINT, first.log_tail()
-    savepoint = str(accepted["path"])
+    savepoint = first.stop_with_savepoint()
     assert savepoint.startswith(f"s3://{BUCKET}/{run}/savepoints/")
     key = savepoint.removeprefix(f"s3://{BUCKET}/")
     assert s3.head_object(Bucket=BUCKET, Key=f"{key}/{MANIFEST_NAME}")["ContentLength"] > 0

@@ -25,7 +25,6 @@ from runtime_harness import S3_BUCKET as BUCKET
 from runtime_harness import RuntimeProcess, example_job, run_args, runtime_env
 from runtime_inputs import Input
 
-from job_runtime.exitcodes import ExitCode
 from job_runtime.ownership import OWNER_FILE
 from job_runtime.savepoint import IN_PROGRESS_MARKER, MANIFEST_NAME
 from testbed import locate
@@ -75,10 +74,7 @@ def test_old_run_directory_goes_after_a_restore_and_its_first_batch(
                                                         extra=common), env=env, label="first")
     processes.append(first.start())
     first.wait_for("a committed batch", lambda s: (s["latestCompletedBatch"] or -1) >= 1, timeout=300)
-    code, accepted = first.request("POST", "/savepoints", {"stop": True})
-    assert code == 202, accepted
-    assert first.wait(300) == ExitCode.STOPPED_FOR_SAVEPOINT, first.log_tail()
-    savepoint = str(accepted["path"])
+    savepoint = first.stop_with_savepoint()
     batch = first.termination()["savepoint"]["batchId"]
     run1 = objects(s3, f"{own}/run-1/")
     assert f"{own}/run-1/{OWNER_FILE}" in run1 and f"{own}/run-1/commits/{batch}" in run1
