@@ -23,39 +23,26 @@ constant time; anything else gets 401):
 The confinement rule is job_runtime.savepoint_target's; the writer refuses a
 target holding anything but an incomplete savepoint of ours (job_runtime.savepoint).
 
-Held connections: every request (request line, headers and body) must arrive
-within `request_timeout` seconds of the connection being ready for it, whether
-the client sends nothing or dribbles a byte at a time; an idle keep-alive
-connection is closed after the same time. At most `max_connections` connections
-are served at once; one more is answered 503 and closed at once, without a
-thread. Bodies are limited to MAX_BODY_BYTES (413).
+Held connections: a deadline per request and at most `max_connections` at once
+(job_runtime.httpserve, shared with the operator's health endpoints). Bodies are
+limited to MAX_BODY_BYTES (413).
 """
 
 from __future__ import annotations
 
 import hmac
-import io
 import json
 import logging
-import socket
 import threading
-import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
+
+from job_runtime.httpserve import MAX_CONNECTIONS, REQUEST_TIMEOUT_SECONDS, BoundedHandler, BoundedHTTPServer
 
 log = logging.getLogger("job_runtime.control")
 
 MAX_BODY_BYTES = 64 * 1024
-REQUEST_TIMEOUT_SECONDS = 10.0
-MAX_CONNECTIONS = 16
-_BUSY_BODY = b'{"error": "too many open connections"}\n'
-_BUSY = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nRetry-After: 1\r\n"
-    + f"Content-Length: {len(_BUSY_BODY)}\r\n\r\n".encode()
-    + _BUSY_BODY
-)
 
 
 class ControlError(Exception):
@@ -110,55 +97,15 @@ def authorized(header: str | None, token: str) -> bool:
     return hmac.compare_digest(given.strip().encode(), token.encode())
 
 
-class _DeadlineReader(io.RawIOBase):
-    """The connection's read side with a deadline per request, not per recv: a client
-    dribbling a byte at a time is dropped as surely as one that sends nothing."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        super().__init__()
-        self._sock = sock
-        self.deadline = float("inf")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("request not received in time")
-        self._sock.settimeout(remaining)
-        return self._sock.recv_into(buffer)
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(BoundedHandler):
     server: "_Server"
-    protocol_version = "HTTP/1.1"
-
-    def setup(self) -> None:
-        super().setup()
-        self.rfile.close()  # the stdlib's reader, replaced by one that keeps the deadline
-        self._reader = _DeadlineReader(self.connection)
-        self.rfile = io.BufferedReader(self._reader)
-
-    def handle_one_request(self) -> None:
-        # The clock starts when the connection is ready for a request: idle keep-alive
-        # time counts. The stdlib closes the connection on TimeoutError.
-        self._reader.deadline = time.monotonic() + self.server.request_timeout
-        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("served request client=%s %s", self.client_address[0], format % args)
 
     def _send(self, status: HTTPStatus, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.connection.settimeout(self.server.request_timeout)  # a client that stops reading is dropped too
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        if status == HTTPStatus.UNAUTHORIZED:
-            self.send_header("WWW-Authenticate", 'Bearer realm="streamjob"')
-        self.end_headers()
-        self.wfile.write(data)
+        headers = {"WWW-Authenticate": 'Bearer realm="streamjob"'} if status == HTTPStatus.UNAUTHORIZED else None
+        self.send(status, json.dumps(body).encode(), "application/json", headers)
 
     def _authorized(self) -> bool:
         try:
@@ -247,42 +194,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch("DELETE")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
+class _Server(BoundedHTTPServer):
     def __init__(
         self, address: tuple[str, int], controller: Controller, token_file: Path, request_timeout: float, max_connections: int
     ) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, request_timeout=request_timeout, max_connections=max_connections)
         self.controller = controller
         self.token_file = token_file
-        self.request_timeout = request_timeout
-        self._slots = threading.BoundedSemaphore(max_connections)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            log.warning("refused connection client=%s reason=too many open connections", client_address[0])
-            try:
-                request.settimeout(1.0)
-                request.sendall(_BUSY)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
 
 
 class ControlServer:

@@ -24,7 +24,7 @@ import kopf
 from streamjob_operator import metrics
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, DeletionSpec, SpecError, StreamJobSpec, parse_spec
 from streamjob_operator.api.status import StreamJobStatus
-from streamjob_operator.k8s.act import ActionFailed, Actor, Outcome, describe_action
+from streamjob_operator.k8s.act import ActionFailed, Actor, Outcome, describe_action, no_fence
 from streamjob_operator.k8s.clients import Clients, load_api_client
 from streamjob_operator.k8s.errors import describe_error
 from streamjob_operator.k8s.resources import Owner, RuntimeLayout
@@ -51,7 +51,7 @@ class Settings:
     layout: RuntimeLayout = field(default_factory=RuntimeLayout)
     repartition_supported: bool = True
     timer_seconds: float = TIMER_SECONDS
-    fence: Callable[[], None] = field(default=lambda: None)  # LeaderElector.ensure_leading when elected
+    fence: Callable[[], None] = no_fence  # LeaderElector.ensure_leading when elected
 
 
 SETTINGS = Settings()

@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+
+from job_runtime.httpserve import BoundedHandler, BoundedHTTPServer
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +32,20 @@ class HealthError(ValueError):
 
 
 def parse_endpoint(url: str) -> tuple[str, int, str]:
-    """``http://HOST:PORT/PATH`` -> (host, port, path); raises HealthError naming --liveness."""
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname or parts.port is None:
+    """``http://HOST:PORT/PATH`` -> (host, port, path); raises HealthError naming --liveness.
+
+    HOST may be an IPv6 address with or without brackets: the chart passes ``$(POD_IP)``,
+    which Kubernetes gives unbracketed on an IPv6 cluster (as for ``--metrics-address``).
+    """
+    hostport, slash, rest = url.removeprefix("http://").partition("/")
+    host, _, port = hostport.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not url.startswith("http://") or not host or not port.isdigit() or int(port) > 65535:
         raise HealthError(f"--liveness: expected http://HOST:PORT/PATH, e.g. http://0.0.0.0:8080/healthz (got {url!r})")
-    path = parts.path or "/healthz"
+    path = "/" + rest if slash else "/healthz"
     if path == READINESS_PATH:
         raise HealthError(f"--liveness: {READINESS_PATH} is the readiness path; choose another (got {url!r})")
-    return parts.hostname, parts.port, path
+    return host, int(port), path
 
 
 class HealthServer:
@@ -47,30 +53,26 @@ class HealthServer:
         host, port, self.path = parse_endpoint(url)
         checks = {self.path: live, READINESS_PATH: ready}
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(BoundedHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 check = checks.get(self.path.split("?", 1)[0])
                 if check is None:
-                    self.send_error(404)
+                    self.send(404, b"not found\n", "text/plain")
                     return
                 try:
                     ok = check()
                 except Exception as err:  # a check that fails to run is a failing check
                     log.warning("Failed health check path=%s error=%s", self.path, err)
                     ok = False
-                body = b"ok\n" if ok else b"unhealthy\n"
-                self.send_response(200 if ok else 503)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.send(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n", "text/plain")
 
             def log_message(self, *_: object) -> None:  # probes every few seconds: not worth a log line each
                 pass
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
-        self.address = f"http://{host}:{self.server.server_address[1]}"
+        # the same limits as the driver's control endpoint: the health port is reachable by anyone the
+        # pod network lets in, and a client holding connections must not starve the kubelet's probes
+        self.server = BoundedHTTPServer((host, port), Handler)
+        self.address = f"http://{f'[{host}]' if ':' in host else host}:{self.server.server_address[1]}"
 
     def start(self) -> None:
         threading.Thread(target=self.server.serve_forever, name="health", daemon=True).start()

@@ -84,15 +84,15 @@ _exists_ok = _ignore(409)
 _gone_ok = _ignore(404)
 
 
-def _always() -> None:
-    return None
+def no_fence() -> None:
+    """The fence of an operator without leader election: every write may go."""
 
 
 class Actor:
     """Every write of a pass goes through here; ``fence`` runs first and raises when this replica may not write
     (``LeaderElector.ensure_leading``: a replica past its Lease deadline steps down instead of writing)."""
 
-    def __init__(self, clients: Clients, fence: Callable[[], None] = _always) -> None:
+    def __init__(self, clients: Clients, fence: Callable[[], None] = no_fence) -> None:
         self.clients = clients
         self.fence = fence
 

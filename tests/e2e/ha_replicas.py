@@ -29,9 +29,6 @@ from testbed.waiting import wait_for
 
 from streamjob_e2e import Operator
 
-LEASE_SECONDS = 6  # renew deadline 4 s, retry period 0.8 s: a standby takes over about 6-7 s after the last renewal
-
-
 class Replica(Operator):
     """One operator process reaching the API server through its own Partition (uncut: a plain proxy)."""
 
@@ -39,7 +36,7 @@ class Replica(Operator):
         self.port = free_port()
         self.partition = Partition(testbed, tmp_path, name)
         super().__init__(testbed, tmp_path / f"operator-{name}.log", lease,
-                         ["--lease-seconds", str(LEASE_SECONDS), "--liveness", f"http://127.0.0.1:{self.port}/healthz"],
+                         ["--liveness", f"http://127.0.0.1:{self.port}/healthz"],
                          self.partition.kubeconfig)
         self.name = name
 
