@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
+    from job_runtime.kafka_sink import SinkIdentity
+
 
 class JobContextError(LookupError):
     """A name the job asked for is not declared; the message names the field."""
@@ -61,7 +63,13 @@ class JobContext:
 
         if self.declared_sink is None:
             raise JobContextError("job.sink: no sink declared; declare one or return your own DataStreamWriter")
-        return pipeline.sink_writer(df, self.declared_sink)
+        return pipeline.sink_writer(df, self.declared_sink, self.sink_identity())
+
+    def sink_identity(self) -> "SinkIdentity":
+        """The job and checkpoint a kafka sink's transactions belong to."""
+        from job_runtime.kafka_sink import SinkIdentity
+
+        return SinkIdentity(self.job_namespace, self.job_name, self.checkpoint_location)
 
     def configure(self, writer: "DataStreamWriter") -> "DataStreamWriter":
         """Apply the runtime's checkpoint location, trigger and query name to `writer`."""

@@ -52,6 +52,18 @@ class SinkKind(str, Enum):
     files = "files"
     console = "console"
     foreach_batch = "foreachBatch"
+    kafka = "kafka"
+
+
+class Delivery(str, Enum):
+    exactly_once = "exactlyOnce"
+    at_least_once = "atLeastOnce"
+
+
+# The broker's default transaction.max.timeout.ms (15 minutes): a longer
+# transaction timeout is refused by the broker at the first batch.
+MAX_TRANSACTION_TIMEOUT_MS = 900_000
+MIN_TRANSACTION_TIMEOUT_MS = 1_000
 
 
 class OutputMode(str, Enum):
@@ -113,12 +125,48 @@ class Transform(Model):
     )
 
 
+class KafkaSink(Model):
+    """Where and how a `kind: kafka` sink writes (docs/delivery.md)."""
+
+    bootstrap_servers: str = Field(
+        alias="bootstrapServers", min_length=1, max_length=1024, pattern=r"^[^\s,]+(,[^\s,]+)*$",
+        description="Kafka brokers to bootstrap from, host:port[,host:port...].",
+    )
+    topic: str = Field(
+        min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$",
+        description="Topic written to; with topicColumn, the topic of rows whose topic column is null. "
+        "The exactly-once sink also records its last committed batch against partition 0 of this topic.",
+    )
+    topic_column: str | None = Field(default=None, alias="topicColumn", min_length=1, description="Column naming each row's topic.")
+    key_column: str | None = Field(default=None, alias="keyColumn", min_length=1, description="Column written as the record key (as a string); no key when unset.")
+    value_column: str | None = Field(
+        default=None, alias="valueColumn", min_length=1,
+        description="Column written as the record value (as a string); when unset the whole row (minus the topic, key and headers columns) as JSON.",
+    )
+    headers_column: str | None = Field(
+        default=None, alias="headersColumn", min_length=1, description="Column of map<string,string> written as record headers."
+    )
+    delivery: Delivery = Field(
+        default=Delivery.exactly_once,
+        description="exactlyOnce (one Kafka transaction per micro-batch, committed once; consumers read with "
+        "isolation.level=read_committed) or atLeastOnce (Spark's built-in Kafka writer: lower latency, duplicates after a failure).",
+    )
+    transaction_timeout_ms: int = Field(
+        default=60_000, alias="transactionTimeoutMs", ge=MIN_TRANSACTION_TIMEOUT_MS, le=MAX_TRANSACTION_TIMEOUT_MS,
+        description="transaction.timeout.ms of the exactly-once producer: longer than writing one micro-batch takes, "
+        "at most the broker's transaction.max.timeout.ms (15 minutes by default).",
+    )
+
+
 class Sink(Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                cel("self.kind == 'console' || (has(self.path) && has(self.format))",
+                cel("self.kind == 'console' || self.kind == 'kafka' || (has(self.path) && has(self.format))",
                     "files and foreachBatch sinks need path and format"),
+                cel("self.kind != 'kafka' || has(self.kafka)",
+                    "a kafka sink needs kafka.bootstrapServers and kafka.topic", "kafka"),
+                cel("self.kind == 'kafka' || !has(self.kafka)", "kafka settings go with kind: kafka", "kafka"),
                 cel("!has(self.format) || self.format != 'csv'", "sinks write json or parquet"),
             ]
         }
@@ -126,17 +174,23 @@ class Sink(Model):
 
     kind: SinkKind = Field(
         description="files (exactly-once via Spark's file sink log), foreachBatch (each batch written to "
-        "path/batch_id=N, overwritten on replay, so idempotent by batch id) or console."
+        "path/batch_id=N, overwritten on replay, so idempotent by batch id), kafka (exactly-once by default, "
+        "docs/delivery.md) or console."
     )
     input: str | None = Field(default=None, pattern=NAME_PATTERN, description="Transform or source to write; defaults to the last transform.")
     format: FileFormat | None = Field(default=None, description="Output file format: json or parquet.")
     path: str | None = Field(default=None, description="Output directory (file://, s3a://).")
     output_mode: OutputMode = Field(default=OutputMode.append, alias="outputMode", description="Spark output mode.")
     options: dict[str, str] = Field(default_factory=dict, description="Spark writer options.")
+    kafka: KafkaSink | None = Field(default=None, description="Settings of a kafka sink (kind: kafka).")
 
     @model_validator(mode="after")
     def _kind_needs(self) -> "Sink":
-        if self.kind != SinkKind.console and (self.path is None or self.format is None):
+        if self.kind == SinkKind.kafka and self.kafka is None:
+            raise ValueError("a kafka sink needs kafka.bootstrapServers and kafka.topic")
+        if self.kind != SinkKind.kafka and self.kafka is not None:
+            raise ValueError("kafka settings go with kind: kafka")
+        if self.kind not in (SinkKind.console, SinkKind.kafka) and (self.path is None or self.format is None):
             raise ValueError("files and foreachBatch sinks need path and format")
         if self.format == FileFormat.csv:
             raise ValueError("sinks write json or parquet")

@@ -73,7 +73,7 @@ def start_query(spark: "SparkSession", job: JobDefinition, settings: RuntimeSett
 
     context = make_context(spark, job, settings)
     if job.pipeline is not None:
-        writer = build_pipeline(spark, job.pipeline)
+        writer = build_pipeline(spark, job.pipeline, identity=context.sink_identity())
         try:
             return context.start(writer)
         except _analysis_errors() as err:

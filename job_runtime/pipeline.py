@@ -18,6 +18,8 @@ from job_runtime.jobdef import EventTime, FileFormat, JobDefinitionError, Pipeli
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from job_runtime.kafka_sink import SinkIdentity
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 log = logging.getLogger("job_runtime.pipeline")
@@ -124,8 +126,20 @@ class BatchDirectoryWriter:
         log.debug("wrote batch batchId=%s path=%s", batch_id, self.target(batch_id))
 
 
-def sink_writer(df: "DataFrame", sink: Sink) -> "DataStreamWriter":
-    """The DataStreamWriter for a declared sink, without checkpoint/trigger (the runtime adds those)."""
+def sink_writer(df: "DataFrame", sink: Sink, identity: "SinkIdentity | None" = None) -> "DataStreamWriter":
+    """The DataStreamWriter for a declared sink, without checkpoint/trigger (the runtime adds those).
+
+    `identity` (job and checkpoint) names a kafka sink's transaction (job_runtime.kafka_sink)."""
+    if sink.kind == SinkKind.kafka:
+        from job_runtime.kafka_sink import kafka_writer
+
+        assert sink.kafka is not None  # the model's rule
+        if identity is None:
+            raise JobDefinitionError("sink.kafka: the Kafka sink needs the job's namespace, name and checkpoint")
+        try:
+            return kafka_writer(df, sink.kafka, sink.output_mode.value, identity)
+        except ValueError as err:
+            raise JobDefinitionError(str(err)) from None
     writer = df.writeStream.outputMode(sink.output_mode.value)
     if sink.kind == SinkKind.console:
         return writer.format("console").option("truncate", "false").options(**sink.options)
@@ -135,7 +149,9 @@ def sink_writer(df: "DataFrame", sink: Sink) -> "DataStreamWriter":
     return writer.format(sink.format.value).option("path", sink.path).options(**sink.options)
 
 
-def build_pipeline(spark: "SparkSession", pipeline: Pipeline, where: str = "job.pipeline") -> "DataStreamWriter":
+def build_pipeline(
+    spark: "SparkSession", pipeline: Pipeline, where: str = "job.pipeline", identity: "SinkIdentity | None" = None
+) -> "DataStreamWriter":
     """Sources -> event time -> transforms -> sink writer, for one start of the query."""
     inputs = {}
     for i, source in enumerate(pipeline.sources):
@@ -144,6 +160,6 @@ def build_pipeline(spark: "SparkSession", pipeline: Pipeline, where: str = "job.
     frames = apply_transforms(spark, inputs, pipeline.transforms, where)
     result = frames[sink_input(pipeline)]
     try:
-        return sink_writer(result, pipeline.sink)
+        return sink_writer(result, pipeline.sink, identity)
     except _analysis_errors() as err:
         raise JobDefinitionError(f"{where}.sink: {_first_line(err)}") from None

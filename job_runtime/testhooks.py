@@ -1,12 +1,15 @@
 """A test hook: pause the runtime at a named instant so a test can SIGKILL it exactly there.
 
-Called by job_runtime.savepoint while it copies files (savepoints and restores).
+Called by job_runtime.savepoint while it copies files (savepoints and restores) and by
+job_runtime.kafka_sink around its transaction commit.
 Off unless the environment names a point; nothing else in the runtime reads
 these variables. The kill tests (tests/runtime/test_runtime_kill_points.py) set:
 
     STREAMJOB_PAUSE_AT   points, one a line; this hook takes
                          "savepoint:<n>"  pause after the n-th file of a savepoint was copied
                          "restore:<n>"    pause after the n-th file of a restore was copied
+                         "kafka-before-commit:<n>"  the Kafka sink's n-th transaction, sent, not committed
+                         "kafka-after-commit:<n>"   the n-th transaction committed, before Spark's commit log
                          (points inside Spark's own writes, "open:|write:|close:<regex>",
                          belong to the test's JVM hook, tests/runtime/pausepoint/)
     STREAMJOB_PAUSE_DIR  where "paused-<line number>" is written when a point is reached

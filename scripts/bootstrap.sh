@@ -5,7 +5,9 @@
 #   - the test bed's Go binaries (kube-apiserver, kube-controller-manager,
 #     kubectl, etcd, versitygw, helm), built from their official Go modules,
 #   - the GitOps consumers the tests use (gopher-lua health runner, kstatus),
-#   - the Maven jars Spark needs for s3a:// (hadoop-aws + AWS SDK bundle),
+#   - the Maven jars Spark needs for s3a:// (hadoop-aws + AWS SDK bundle) and
+#     for Kafka (Spark's connector, testbed/build/kafka-jars.txt),
+#   - the Apache Kafka broker jars the test bed runs (kafka_2.13 + dependencies),
 #   - the runtime and operator images, built with buildah from images/*/Dockerfile
 #     (scripts/build-images.sh; rebuilt only when their inputs change).
 # Prints nothing but progress on stderr; writes the paths to .streamjob-env.
@@ -63,7 +65,10 @@ GITOPS_BIN_DIR=$(bash "$ROOT/testbed/build/build-gitops-tools.sh")
 # 3. jars for s3a://
 JARS_DIR=$(bash "$ROOT/testbed/build/fetch-jars.sh" "$VENV")
 
-# 4. the container images (the test bed's kubelet runs them: docs/images.md)
+# 4. the Kafka broker (KRaft) the test bed runs
+KAFKA_DIR=$(bash "$ROOT/testbed/build/fetch-kafka.sh")
+
+# 5. the container images (the test bed's kubelet runs them: docs/images.md)
 IMAGES_DIR=$(bash "$ROOT/scripts/build-images.sh")
 
 cat > "$ROOT/.streamjob-env" <<ENV
@@ -72,6 +77,7 @@ export STREAMJOB_VENV="$VENV"
 export STREAMJOB_BIN_DIR="$BIN_DIR"
 export STREAMJOB_PROMETHEUS_BIN_DIR="$PROMETHEUS_BIN_DIR"
 export STREAMJOB_JARS_DIR="$JARS_DIR"
+export STREAMJOB_KAFKA_DIR="$KAFKA_DIR"
 export STREAMJOB_GITOPS_BIN_DIR="$GITOPS_BIN_DIR"
 export STREAMJOB_IMAGES_DIR="$IMAGES_DIR"
 export PATH="$BIN_DIR:$GITOPS_BIN_DIR:$PROMETHEUS_BIN_DIR:$VENV/bin:\$PATH"

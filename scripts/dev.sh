@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's first command: sets everything up, starts the local test bed
-# (real kube-apiserver + etcd + controller-manager, an S3 server, a process
-# kubelet) in the background, installs the operator with its Helm chart,
+# (real kube-apiserver + etcd + controller-manager, an S3 server, a Kafka
+# broker, a process kubelet) in the background, installs the operator with its Helm chart,
 # applies the example StreamJobs, waits until every one that should run is
 # Ready (a committed batch: .status.ready == true), and prints how to point
 # kubectl at it. If one never gets there within DEV_READY_TIMEOUT seconds
@@ -15,10 +15,13 @@ READY_TIMEOUT="${DEV_READY_TIMEOUT:-300}"
 bash scripts/bootstrap.sh
 # shellcheck disable=SC1091
 source .streamjob-env
-streamjob-testbed up --operator \
+streamjob-testbed up --operator --kafka \
   --apply examples/minimal.yaml --apply examples/s3-savepoints.yaml --apply examples/suspended.yaml "$@"
 # shellcheck disable=SC1091
 source .testbed/env
+# the Kafka example's input, then the job (Kafka -> windows -> Kafka, exactly once)
+python examples/jobs/kafka_events.py "$STREAMJOB_KAFKA_BOOTSTRAP" events --count 600 >/dev/null
+kubectl apply -f examples/kafka.yaml
 
 # "namespace/name" of every StreamJob that should run (spec.state is not
 # suspended) and has not committed a batch yet.
@@ -61,6 +64,8 @@ echo
 echo "The test bed keeps running. Point kubectl at it with:"
 echo "  source $ROOT/.testbed/env"
 echo "then: kubectl get sj -A; kubectl describe sj minimal; streamjob-testbed down (to stop)"
+echo "Kafka example (docs/delivery.md): broker at \$STREAMJOB_KAFKA_BOOTSTRAP; the job kafka-windows"
+echo "  writes closed windows to topic 'windows' (read with isolation.level=read_committed)"
 echo "The kubectl plugin is on that PATH (docs/kubectl-plugin.md):"
 echo "  kubectl streamjob list -A; kubectl streamjob status minimal; kubectl streamjob savepoint NAME --wait"
 echo

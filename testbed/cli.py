@@ -72,6 +72,8 @@ def _env_lines(bed: TestBed, kubeconfig: Path) -> list[str]:
     ]
     if bed.jars_dir:
         lines.append(f"export STREAMJOB_JARS_DIR={bed.jars_dir}")
+    if bed.kafka:
+        lines.append(f"export STREAMJOB_KAFKA_BOOTSTRAP={bed.kafka.bootstrap}")
     return lines
 
 
@@ -95,6 +97,8 @@ def apply_manifests(bed: TestBed, paths: list[str]) -> None:
 
 # The examples name this S3 endpoint (127.0.0.1:9000), so `up` prefers it.
 DEV_S3_PORT = 9000
+DEV_KAFKA_PORT = 9092  # examples/kafka.yaml names 127.0.0.1:9092
+DEV_KAFKA_TOPICS = ("events", "windows")
 OPERATOR_NAMESPACE = "streamjob-system"
 
 
@@ -130,7 +134,7 @@ def run_foreground(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    bed = TestBed(run_dir, s3_port=DEV_S3_PORT)
+    bed = TestBed(run_dir, s3_port=DEV_S3_PORT, kafka=args.kafka, kafka_port=DEV_KAFKA_PORT, kafka_topics=DEV_KAFKA_TOPICS)
     try:
         bed.start()
         kubeconfig = root / "kubeconfig"
@@ -140,6 +144,9 @@ def run_foreground(args: argparse.Namespace) -> int:
         if bed.s3 and not bed.s3.endpoint.endswith(f":{DEV_S3_PORT}"):
             print(f"streamjob-testbed: port {DEV_S3_PORT} was taken; S3 is at {bed.s3.endpoint}: "
                   "edit spec.s3.endpoint in the examples to match", file=sys.stderr)
+        if bed.kafka and not bed.kafka.bootstrap.endswith(f":{DEV_KAFKA_PORT}"):
+            print(f"streamjob-testbed: port {DEV_KAFKA_PORT} was taken; Kafka is at {bed.kafka.bootstrap}: "
+                  "edit the bootstrap servers in examples/kafka.yaml to match", file=sys.stderr)
         if args.operator:
             install_operator(bed)
         apply_manifests(bed, args.apply or [])
@@ -178,6 +185,8 @@ def run_background(args: argparse.Namespace, timeout: float = 300.0) -> int:
     argv = [sys.executable, "-m", "testbed.cli", "up", "--foreground"]
     if args.operator:
         argv.append("--operator")
+    if args.kafka:
+        argv.append("--kafka")
     for path in args.apply or []:
         argv += ["--apply", str(Path(path).resolve())]
     log_path = root / "up.log"
@@ -234,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--foreground", action="store_true", help="stay in the foreground until Ctrl-C / SIGTERM")
     up.add_argument("--operator", action="store_true",
                     help="install the operator with its Helm chart (CRDs included) before applying manifests")
+    up.add_argument("--kafka", action="store_true",
+                    help=f"also start a Kafka broker (KRaft) on 127.0.0.1:{DEV_KAFKA_PORT} with the topics {', '.join(DEV_KAFKA_TOPICS)}")
     up.add_argument("manifests", nargs="*", help="more manifests to apply, after --apply ones (lets a shell glob follow --apply)")
     sub.add_parser("down", help="stop a test bed started with up")
     sub.add_parser("status", help="print the running test bed's endpoints")

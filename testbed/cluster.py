@@ -2,8 +2,8 @@
 
 Called by ``tests/conftest.py`` (one test bed per pytest session) and by
 ``testbed.cli`` (``streamjob-testbed up``). Components, in start order: etcd,
-kube-apiserver (RBAC on), kube-controller-manager, versitygw (S3), the process
-kubelet. Everything lives in one run directory (certs, kubeconfigs, data,
+kube-apiserver (RBAC on), kube-controller-manager, versitygw (S3), Kafka
+(KRaft, when asked for), the process kubelet. Everything lives in one run directory (certs, kubeconfigs, data,
 logs), kept when something fails.
 """
 
@@ -25,6 +25,7 @@ from kubernetes import client, config
 
 from testbed import kubeconfig as kubeconfig_file
 from testbed import locate, pki, rbac, spark
+from testbed.kafka import KafkaBroker, start_kafka
 from testbed.control_plane import start_apiserver, start_controller_manager, start_etcd
 from testbed.proc import ComponentError, ManagedProcess, tail
 from testbed.s3 import S3Credentials, start_s3
@@ -54,8 +55,15 @@ class TestBed:
         buckets: tuple[str, ...] = DEFAULT_BUCKETS,
         node_name: str = NODE_NAME,
         s3_port: int | None = None,
+        kafka: bool = False,
+        kafka_port: int | None = None,
+        kafka_topics: tuple[str, ...] = (),
     ) -> None:
         self.s3_port = s3_port
+        self.with_kafka = kafka
+        self.kafka_port = kafka_port
+        self.kafka_topics = kafka_topics
+        self.kafka: KafkaBroker | None = None
         self.run_dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="streamjob-testbed-"))
         self.buckets = buckets
         self.node_name = node_name
@@ -141,6 +149,12 @@ class TestBed:
         self._processes.append(s3.process)
         self.s3 = s3.credentials
 
+        if self.with_kafka:
+            self.kafka = start_kafka(locate.kafka_dir(), self.run_dir / "kafka", preferred_port=self.kafka_port)
+            self._processes.append(self.kafka.process)
+            for topic in self.kafka_topics:
+                self.kafka.create_topic(topic)
+
         kubelet = self._start_kubelet(kubelet_config, certs)
         self._processes.append(kubelet)
         self._wait_cluster_ready(kubelet, kcm, deadline)
@@ -204,6 +218,7 @@ class TestBed:
             "api_url": self.api_url,
             "ca_file": str(self.ca_file),
             "s3": asdict(self.s3) if self.s3 else None,
+            "kafka_bootstrap": self.kafka.bootstrap if self.kafka else None,
             "buckets": list(self.buckets),
             "jars_dir": str(self.jars_dir) if self.jars_dir else None,
             "run_dir": str(self.run_dir),

@@ -16,11 +16,11 @@ from pathlib import Path
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build" / "build-go-binaries.sh"
 
 
-def _pinned(name: str) -> str:
-    """A version pinned in build-go-binaries.sh (`NAME="${NAME:-v1.2.3}"`): one source of truth."""
-    match = re.search(rf'^{name}="\$\{{{name}:-([^}}]+)\}}"', BUILD_SCRIPT.read_text(), flags=re.M)
+def _pinned(name: str, script: Path = BUILD_SCRIPT) -> str:
+    """A version pinned in a build script (`NAME="${NAME:-v1.2.3}"`): one source of truth."""
+    match = re.search(rf'^{name}="\$\{{{name}:-([^}}]+)\}}"', script.read_text(), flags=re.M)
     if match is None:
-        raise RuntimeError(f"{BUILD_SCRIPT}: no default for {name}")
+        raise RuntimeError(f"{script}: no default for {name}")
     return os.environ.get(name) or match.group(1)
 
 
@@ -117,3 +117,20 @@ def spark_home() -> Path:
 
 def venv_bin() -> Path:
     return Path(sys.executable).parent
+
+
+KAFKA_FETCH_SCRIPT = BUILD_SCRIPT.with_name("fetch-kafka.sh")
+
+
+def kafka_dir() -> Path:
+    """The Kafka broker jars from testbed/build/fetch-kafka.sh ($STREAMJOB_KAFKA_DIR)."""
+    explicit = os.environ.get("STREAMJOB_KAFKA_DIR")
+    if explicit:
+        candidate = Path(explicit)
+    else:
+        kafka, log4j = (_pinned(n, KAFKA_FETCH_SCRIPT) for n in ("KAFKA_VERSION", "LOG4J_VERSION"))
+        candidate = cache_root() / "jars" / f"kafka-broker-{kafka}-log4j-{log4j}"
+    if not (candidate / ".complete").exists():
+        raise MissingToolError(f"the Kafka broker jars are missing from {candidate}: run scripts/bootstrap.sh "
+                               "(or bash testbed/build/fetch-kafka.sh) to fetch them")
+    return candidate

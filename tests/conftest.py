@@ -94,3 +94,18 @@ def namespace(request: pytest.FixtureRequest, core_v1: client.CoreV1Api) -> Iter
     wait_for(lambda: core_v1.read_namespaced_config_map("kube-root-ca.crt", name), 30, f"kube-root-ca.crt in {name}")
     yield name
     core_v1.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The test bed's Kafka broker (KRaft, one node, loopback), shared by the session; stopped at its end.
+
+    Independent of the Kubernetes test bed: runtime tests need only the broker.
+    Start-up is bounded (testbed.kafka.start_kafka raises with the log tail).
+    """
+    from testbed import locate
+    from testbed.kafka import start_kafka
+
+    broker = start_kafka(locate.kafka_dir(), tmp_path_factory.mktemp("kafka"), timeout=180)
+    yield broker
+    broker.stop()

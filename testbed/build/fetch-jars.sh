@@ -5,7 +5,9 @@
 #   - software.amazon.awssdk:bundle at the version that hadoop-aws's POM
 #     depends on,
 #   - org.apache.spark:spark-hadoop-cloud_2.13 at the pyspark version, unless
-#     pyspark already ships it.
+#     pyspark already ships it,
+#   - Spark's Kafka connector and its client, as listed in kafka-jars.txt
+#     (the one list of those coordinates; the Dockerfile adds the same jars).
 # Usage: fetch-jars.sh VENV    (called by scripts/bootstrap.sh)
 # Prints the directory holding the jars on stdout; progress goes to stderr.
 # The directory is keyed by versions, so only the first run downloads.
@@ -36,7 +38,15 @@ spark_core=("$SPARK_JARS"/spark-core_2.13-*.jar)
 SPARK_VERSION=$(basename "${spark_core[0]}" .jar)
 SPARK_VERSION=${SPARK_VERSION#spark-core_2.13-}
 
-OUT="$CACHE_ROOT/jars/spark-$SPARK_VERSION-hadoop-$HADOOP_VERSION"
+KAFKA_LIST="$(dirname "${BASH_SOURCE[0]}")/kafka-jars.txt"
+mapfile -t KAFKA_JARS < <(grep -v -e '^#' -e '^[[:space:]]*$' "$KAFKA_LIST")
+[[ ${#KAFKA_JARS[@]} -gt 0 ]] || die "$KAFKA_LIST lists no jars"
+CONNECTOR_VERSION=$(printf '%s\n' "${KAFKA_JARS[@]}" | grep ':spark-sql-kafka-0-10_2.13:' | cut -d: -f3)
+[[ -n "$CONNECTOR_VERSION" ]] || die "$KAFKA_LIST does not list org.apache.spark:spark-sql-kafka-0-10_2.13"
+# keyed by the whole list too: a changed coordinate gets a new directory
+KAFKA_KEY=$(grep -v -e '^#' -e '^[[:space:]]*$' "$KAFKA_LIST" | sha256sum | cut -c1-8)
+
+OUT="$CACHE_ROOT/jars/spark-$SPARK_VERSION-hadoop-$HADOOP_VERSION-kafka-$CONNECTOR_VERSION-$KAFKA_KEY"
 if [[ -f "$OUT/.complete" ]]; then echo "$OUT"; exit 0; fi
 
 say "resolving s3a jars for Spark $SPARK_VERSION / Hadoop $HADOOP_VERSION (first run only; the AWS SDK bundle is large)"
@@ -104,6 +114,11 @@ if [[ ${#cloud[@]} -eq 0 ]]; then
     die "Maven could not download $a; see the output above"
   fi
 fi
+for a in "${KAFKA_JARS[@]}"; do
+  say "fetching $a"
+  mvn_run "download $a (listed in $KAFKA_LIST)" dependency:copy -Dartifact="$a" -DoutputDirectory="$tmp_out" -Dmdep.overWriteReleases=true
+done
+printf 'kafka-jars=%s\n' "${KAFKA_JARS[*]}" >"$tmp_out/kafka-versions.txt"
 printf 'spark=%s\nhadoop=%s\nawssdk-bundle=%s\nspark-hadoop-cloud=%s\n' "$SPARK_VERSION" "$HADOOP_VERSION" "$SDK_VERSION" "$cloud_note" >"$tmp_out/versions.txt"
 touch "$tmp_out/.complete"
 rm -rf "$OUT"

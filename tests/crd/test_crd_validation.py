@@ -56,6 +56,20 @@ def spark_conf(key: str, value: str) -> Callable[[dict[str, Any]], None]:
     return mutate
 
 
+def kafka_sink(**kafka: Any) -> Callable[[dict[str, Any]], None]:
+    """The pipeline's sink replaced by a kafka sink with these settings (None: no kafka block)."""
+    def mutate(obj: dict[str, Any]) -> None:
+        sink: dict[str, Any] = {"kind": "kafka"}
+        if kafka:
+            sink["kafka"] = {k: v for k, v in kafka.items() if v is not None}
+        obj["spec"]["job"]["pipeline"]["sink"] = sink
+
+    return mutate
+
+
+KAFKA_OK = {"bootstrapServers": "kafka:9092", "topic": "windows"}
+
+
 def mounted(path: str, kind: str = "hostPath") -> dict[str, Any]:
     """A pod template mounting a volume of `kind` at `path` in the main container."""
     source = {"path": path} if kind == "hostPath" else {}
@@ -100,6 +114,15 @@ INVALID = [
                  id="files source without path format and schema is refused"),
     pytest.param(setting("spec.job.pipeline.sources.0.eventTime.watermarkDelay", "ten seconds"),
                  "spec.job.pipeline.sources[0].eventTime.watermarkDelay", id="malformed watermark delay is refused"),
+    pytest.param(kafka_sink(), "spec.job.pipeline.sink.kafka", id="kafka sink without kafka settings is refused"),
+    pytest.param(kafka_sink(**{**KAFKA_OK, "topic": None}), "spec.job.pipeline.sink.kafka.topic",
+                 id="kafka sink without topic is refused"),
+    pytest.param(kafka_sink(**{**KAFKA_OK, "bootstrapServers": None}), "spec.job.pipeline.sink.kafka.bootstrapServers",
+                 id="kafka sink without bootstrap servers is refused"),
+    pytest.param(kafka_sink(**KAFKA_OK, delivery="exactlyTwice"), "spec.job.pipeline.sink.kafka.delivery",
+                 id="unknown delivery guarantee is refused"),
+    pytest.param(kafka_sink(**KAFKA_OK, transactionTimeoutMs=1_000_000), "spec.job.pipeline.sink.kafka.transactionTimeoutMs",
+                 id="transaction timeout above the broker's maximum is refused"),
     pytest.param(setting("spec.driver.memory", "lots"), "spec.driver.memory", id="malformed driver memory is refused"),
     pytest.param(setting("spec.deletion.timeoutSeconds", -5), "spec.deletion.timeoutSeconds", id="negative deletion timeout is refused"),
     pytest.param(setting("metadata.name", "a" * 70), "metadata.name", id="name longer than 63 characters is refused"),

@@ -1,0 +1,217 @@
+"""The Kafka sink: exactly-once by a Kafka transaction per micro-batch, or Spark's at-least-once writer.
+
+Called by job_runtime.pipeline.sink_writer for `sink.kind: kafka`. The
+exactly-once path is a two-phase commit over Spark's micro-batch protocol
+(docs/delivery.md):
+
+1. Spark writes batch N's offsets to the offset log, then runs the batch;
+   `ExactlyOnceKafkaWriter` gets its rows through foreachBatch.
+2. The writer asks Kafka for its marker: the offset its consumer group
+   `streamjob-sink.<namespace>.<name>.<checkpoint hash>` committed on
+   partition 0 of the sink topic, which is "last published batch + 1". When it already covers N, the
+   batch is a re-run of one whose transaction committed (the driver died
+   between the Kafka commit and Spark's commit log entry): nothing is sent.
+3. Otherwise it sends the rows and the marker N + 1 in one transaction
+   (send_offsets_to_transaction) and commits it: the rows and the marker
+   become visible together, or not at all.
+4. Spark then writes batch N to its commit log.
+
+The producer's transactional id is `streamjob.<namespace>.<name>`: stable
+across restarts, so a new driver's init_transactions fences the old one and
+aborts its open transaction; unique per job, so two jobs never fence each
+other. Rows are produced by the driver (one producer, one transaction per
+batch). Broker and topic are named in every error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from job_runtime import testhooks
+from job_runtime.jobdef import Delivery, KafkaSink
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+log = logging.getLogger("job_runtime.kafka_sink")
+
+MARKER_PARTITION = 0
+MARKER_TIMEOUT = 120.0  # seconds to wait out a moving or loading group coordinator
+RETRIABLE_COORDINATOR = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+
+
+class KafkaSinkError(RuntimeError):
+    """The Kafka sink could not publish a batch; names the brokers and topic."""
+
+
+@dataclass(frozen=True)
+class SinkIdentity:
+    """Which job (and which of its checkpoints) a sink writes for."""
+
+    namespace: str
+    name: str
+    checkpoint: str
+
+    @property
+    def transactional_id(self) -> str:
+        """Stable across restarts (fencing), unique per job (two jobs never fence each other)."""
+        return f"streamjob.{self.namespace}.{self.name}"
+
+    @property
+    def marker_group(self) -> str:
+        """Per checkpoint: batch ids restart from a savepoint's in a new checkpoint and are new batches there."""
+        digest = hashlib.sha256(self.checkpoint.rstrip("/").encode()).hexdigest()[:12]
+        return f"streamjob-sink.{self.namespace}.{self.name}.{digest}"
+
+
+def records(df: "DataFrame", kafka: KafkaSink) -> "DataFrame":
+    """`df` as topic/key/value/headers columns: the value is valueColumn, or JSON of every
+    column but the topic and headers columns."""
+    from pyspark.sql import functions as F
+
+    special = {c for c in (kafka.topic_column, kafka.headers_column) if c}  # not part of the JSON value
+    named = special | {c for c in (kafka.key_column, kafka.value_column) if c}
+    missing = sorted(c for c in named if c not in df.columns)
+    if missing:
+        raise ValueError(f"sink.kafka: no column {', '.join(repr(m) for m in missing)} (columns: {', '.join(df.columns)})")
+    if kafka.value_column:
+        value = F.col(kafka.value_column).cast("string")
+    else:
+        value = F.to_json(F.struct(*[F.col(c) for c in df.columns if c not in special]))
+    topic = F.coalesce(F.col(kafka.topic_column).cast("string"), F.lit(kafka.topic)) if kafka.topic_column else F.lit(kafka.topic)
+    key = F.col(kafka.key_column).cast("string") if kafka.key_column else F.lit(None).cast("string")
+    headers = F.col(kafka.headers_column) if kafka.headers_column else F.lit(None).cast("map<string,string>")
+    return df.select(topic.alias("topic"), key.alias("key"), value.alias("value"), headers.alias("headers"))
+
+
+class ExactlyOnceKafkaWriter:
+    """foreachBatch target: batch N in one Kafka transaction with its marker, skipped when already committed."""
+
+    def __init__(self, kafka: KafkaSink, identity: SinkIdentity) -> None:
+        self.kafka = kafka
+        self.transactional_id = identity.transactional_id
+        self.group = identity.marker_group
+        self._producer: Any = None
+        self._marker_consumer: Any = None
+
+    def _where(self) -> str:
+        return f"brokers {self.kafka.bootstrap_servers} topic {self.kafka.topic}"
+
+    def _client_conf(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.kafka.bootstrap_servers}
+
+    def _ensure_clients(self) -> None:
+        from confluent_kafka import Consumer, KafkaException, Producer
+
+        if self._producer is not None:
+            return
+        timeout = self.kafka.transaction_timeout_ms / 1000
+        producer = Producer({
+            **self._client_conf(),
+            "transactional.id": self.transactional_id,
+            "transaction.timeout.ms": self.kafka.transaction_timeout_ms,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+        })
+        try:
+            # fences an earlier driver of this job and aborts its open transaction
+            producer.init_transactions(max(timeout, 30.0))
+        except KafkaException as err:
+            raise KafkaSinkError(f"sink.kafka ({self._where()}): cannot start transactions: {err.args[0]}") from None
+        self._producer = producer
+        self._marker_consumer = Consumer({
+            **self._client_conf(), "group.id": self.group, "enable.auto.commit": False, "isolation.level": "read_committed",
+        })
+        log.info("started transactional producer transactionalId=%s markerGroup=%s", self.transactional_id, self.group)
+
+    def published_through(self) -> int:
+        """The marker: last batch id whose transaction committed, or -1."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        deadline = time.monotonic() + MARKER_TIMEOUT
+        while True:
+            try:
+                committed = self._marker_consumer.committed([TopicPartition(self.kafka.topic, MARKER_PARTITION)], timeout=30)
+                break
+            except KafkaException as err:
+                # the group coordinator moves or loads (a fresh broker, a restart): retriable
+                if not err.args[0].retriable() and err.args[0].code() not in RETRIABLE_COORDINATOR or time.monotonic() > deadline:
+                    raise KafkaSinkError(f"sink.kafka ({self._where()}): cannot read the committed-batch marker: {err.args[0]}") from None
+                log.info("retrying the committed-batch marker read reason=%s", err.args[0].name())
+                time.sleep(0.5)
+        offset = committed[0].offset
+        return offset - 1 if offset is not None and offset >= 0 else -1
+
+    def __call__(self, batch: "DataFrame", batch_id: int) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        self._ensure_clients()
+        last = self.published_through()
+        if batch_id <= last:
+            # still run the batch, unpublished: its state stores must commit (Spark checks it)
+            batch.write.format("noop").mode("overwrite").save()
+            log.info("skipped batch batchId=%s reason=already committed to Kafka (marker %s)", batch_id, last)
+            return
+        producer = self._producer
+        rows = records(batch, self.kafka)
+        count = 0
+        try:
+            producer.begin_transaction()
+            for row in rows.toLocalIterator():
+                headers = list(row["headers"].items()) if row["headers"] else None
+                self._produce(producer, row["topic"], row["key"], row["value"], headers)
+                count += 1
+            marker = [TopicPartition(self.kafka.topic, MARKER_PARTITION, batch_id + 1)]
+            producer.send_offsets_to_transaction(marker, self._marker_consumer.consumer_group_metadata())
+            testhooks.reached("kafka-before-commit")
+            producer.commit_transaction()
+        except KafkaException as err:
+            self._abort()
+            raise KafkaSinkError(f"sink.kafka ({self._where()}): batch {batch_id} not published: {err.args[0]}") from None
+        except BaseException:
+            self._abort()
+            raise
+        log.info("committed batch batchId=%s records=%d transactionalId=%s", batch_id, count, self.transactional_id)
+        testhooks.reached("kafka-after-commit")
+
+    @staticmethod
+    def _produce(producer: Any, topic: str, key: str | None, value: str | None, headers: Any) -> None:
+        while True:
+            try:
+                producer.produce(
+                    topic, value=value.encode() if value is not None else None,
+                    key=key.encode() if key is not None else None, headers=headers,
+                )
+                return
+            except BufferError:  # the local queue is full: let deliveries drain
+                producer.poll(0.1)
+
+    def _abort(self) -> None:
+        try:
+            self._producer.abort_transaction(30)
+        except Exception as err:  # the next driver's init_transactions aborts it anyway
+            log.warning("could not abort the open transaction transactionalId=%s error=%s", self.transactional_id, err)
+
+
+def kafka_writer(df: "DataFrame", kafka: KafkaSink, output_mode: str, identity: SinkIdentity) -> "DataStreamWriter":
+    """The DataStreamWriter for a kafka sink (checkpoint and trigger added by the runtime)."""
+    if kafka.delivery == Delivery.at_least_once:
+        from pyspark.sql import functions as F
+
+        shaped = records(df, kafka)
+        if kafka.headers_column:  # Spark's writer takes headers as array<struct<key string, value binary>>
+            shaped = shaped.withColumn(
+                "headers", F.expr("transform(map_entries(headers), e -> named_struct('key', e.key, 'value', cast(e.value as binary)))")
+            )
+        else:
+            shaped = shaped.drop("headers")
+        return (
+            shaped.writeStream.outputMode(output_mode).format("kafka")
+            .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("topic", kafka.topic)
+        )
+    return df.writeStream.outputMode(output_mode).foreachBatch(ExactlyOnceKafkaWriter(kafka, identity))

@@ -1,0 +1,65 @@
+"""The Kafka runtime tests' job, input and reference: examples/jobs/kafka_windows.yaml over
+examples/jobs/kafka_events.py's events, read back as a read_committed consumer."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import runtime_reference as reference
+import yaml
+from runtime_harness import EXAMPLES
+from runtime_outputs import _row
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
+from kafka_io import consume_all  # noqa: E402
+
+DELAY_MS = 10_000
+EVENTS = 600  # 5 minutes of event time, 6 batches of maxOffsetsPerTrigger=100
+
+
+def load_events_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("kafka_events", EXAMPLES / "kafka_events.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kafka_events"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def topics(broker: Any) -> tuple[str, str]:
+    suffix = uuid.uuid4().hex[:6]
+    return broker.create_topic(f"events-{suffix}"), broker.create_topic(f"windows-{suffix}", partitions=2)
+
+
+def kafka_job(broker: Any, source: str, target: str, path: Path, **sink: Any) -> Path:
+    """kafka_windows.yaml pointed at the test's broker and topics, written to `path`."""
+    job = yaml.safe_load((EXAMPLES / "kafka_windows.yaml").read_text())
+    job["pipeline"]["sources"][0]["options"].update({"kafka.bootstrap.servers": broker.bootstrap, "subscribe": source})
+    job["pipeline"]["sink"]["kafka"].update({"bootstrapServers": broker.bootstrap, "topic": target, **sink})
+    path.write_text(json.dumps(job))
+    return path
+
+
+def reference_windows(events: list[Any]) -> Counter[reference.Row]:
+    """Closed windows of strictly time-ordered events: independent of how Spark cut the batches
+    (nothing is late), all windows ending at or before the final watermark."""
+    evs = [reference.Ev(e.user, e.ts_ms, e.amount) for e in events]
+    final_mark = max(e.ts_ms for e in evs) - DELAY_MS
+    return reference.windowed([(evs, final_mark)], length_ms=10_000, late="never")
+
+
+def committed_windows(bootstrap: str, topic: str, expect: int | None = None) -> Counter[reference.Row]:
+    """The windows a read_committed consumer sees on `topic` (each record counted)."""
+    rows: Counter[reference.Row] = Counter()
+    for message in consume_all(bootstrap, topic, expect):
+        record = json.loads(message.value())
+        assert message.key().decode() == record["user"], (message.key(), record)
+        rows[_row(record)] += 1
+    return rows
