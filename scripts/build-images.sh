@@ -10,9 +10,11 @@
 #   - each image is rebuilt only when a content hash of its inputs (the
 #     Dockerfile, the files it copies, the base) changes; the store and the hashes
 #     live in $STREAMJOB_CACHE/images, like the other downloads;
-#   - pip and Maven caches of the builds are buildah cache mounts, kept there too.
+#   - pip and Maven caches of the builds are buildah cache mounts, kept there too,
+#     seeded from this machine's pip cache and Maven repository (step 2).
 # Needs root (buildah --isolation chroot) and installs buildah and debootstrap
 # with apt-get when they are missing. Called by scripts/bootstrap.sh.
+# Usage: build-images.sh [--base-only]
 # Prints the image store directory on stdout; progress goes to stderr.
 # Sizes and times: docs/images.md.
 set -euo pipefail
@@ -44,14 +46,18 @@ exec 8>"$IMAGES/.build.lock"
 flock 8
 
 # One definition of the store, shared with testbed/imagestore.py.
-export TMPDIR="$IMAGES/tmp"  # buildah keeps RUN --mount=type=cache dirs under $TMPDIR/buildah-cache-0
-mkdir -p "$TMPDIR"
+export TMPDIR="$IMAGES/tmp"
+# buildah keeps RUN --mount=type=cache dirs under $TMPDIR/buildah-cache (1.28,
+# Debian 12's) or $TMPDIR/buildah-cache-<uid> (later releases): one directory
+mkdir -p "$TMPDIR/buildah-cache"
+[[ -e "$TMPDIR/buildah-cache-0" ]] || ln -s buildah-cache "$TMPDIR/buildah-cache-0"
 B=(buildah --root "$IMAGES/overlay" --runroot "$IMAGES/runroot-overlay" --storage-driver overlay)
 
 exists() { "${B[@]}" inspect --type image "$1" >/dev/null 2>&1; }
 
 # 1. the base image, from Debian's packages, under the name the Dockerfiles use
 if ! exists "$BASE_IMAGE"; then
+  base_started=$SECONDS
   mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
   [[ -n "$mirror" ]] || mirror=$(awk '$1=="deb" && $3=="'$DEBIAN_SUITE'" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
   mirror=${mirror:-http://deb.debian.org/debian}
@@ -76,24 +82,34 @@ if ! exists "$BASE_IMAGE"; then
   rm -rf "$work/rootfs/var/cache/apt/archives/"*.deb "$work/rootfs/var/lib/apt/lists/"* "$work/rootfs/var/log/"*
   printf 'deb %s %s main\ndeb %s %s-updates main\ndeb http://deb.debian.org/debian-security %s-security main\n' \
     "$mirror" "$DEBIAN_SUITE" "$mirror" "$DEBIAN_SUITE" "$DEBIAN_SUITE" >"$work/rootfs/etc/apt/sources.list"
-  tar -C "$work/rootfs" --numeric-owner -czf "$work/rootfs.tar.gz" .
-  printf 'FROM scratch\nADD rootfs.tar.gz /\nCMD ["bash"]\n' >"$work/Containerfile"
+  tar -C "$work/rootfs" --numeric-owner -cf "$work/rootfs.tar" .  # not compressed: read once, right away
+  printf 'FROM scratch\nADD rootfs.tar /\nCMD ["bash"]\n' >"$work/Containerfile"
   "${B[@]}" bud --isolation chroot --layers=false -t "$BASE_IMAGE" -f "$work/Containerfile" "$work" >&2
   rm -rf "$work"
+  say "made $BASE_IMAGE in $((SECONDS - base_started))s"
 fi
+if [[ "${1:-}" == --base-only ]]; then exit 0; fi  # bootstrap.sh starts the base early
 base_id=$("${B[@]}" inspect --type image --format '{{.FromImageID}}' "$BASE_IMAGE")
 
-# 2. seed the build caches from this machine's pip and Maven caches (same
-#    artifacts, same checksums; saves downloading pyspark and the AWS SDK again)
+# 2. seed the build caches from this machine's: hard links of what they lack
+#    (same artifacts, same checksums), on every build, so the images' RUN steps
+#    do not download again what bootstrap.sh already has: pip's cache (http and
+#    built wheels; the wheels also flat in wheelhouse/, which the Dockerfiles'
+#    pip install reads first: pyspark is an sdist on PyPI, built once, by the
+#    venv) and Maven's repository (the AWS SDK bundle, the Kafka connector)
 seed() {  # from to
-  [[ -d "$1" && ! -e "$2" ]] || return 0
-  mkdir -p "$(dirname "$2")"
-  cp -al "$1" "$2.partial" 2>/dev/null || cp -a "$1" "$2.partial"
-  mv "$2.partial" "$2"
+  [[ -d "$1" ]] || return 0
+  mkdir -p "$2"
+  cp -al -n "$1/." "$2/" 2>/dev/null || cp -a -n "$1/." "$2/"
 }
 pip_cache=$(python3 -m pip cache dir 2>/dev/null || echo "$HOME/.cache/pip")
-seed "$pip_cache/wheels" "$TMPDIR/buildah-cache-0/streamjob-pip/wheels"
-seed "$HOME/.m2/repository" "$TMPDIR/buildah-cache-0/streamjob-m2/repository"
+mounts="$TMPDIR/buildah-cache"
+seed "$pip_cache" "$mounts/streamjob-pip"
+if [[ -d "$pip_cache/wheels" ]]; then
+  mkdir -p "$mounts/streamjob-pip/wheelhouse"
+  find "$pip_cache/wheels" -name '*.whl' -exec ln -f {} "$mounts/streamjob-pip/wheelhouse/" \;
+fi
+seed "$HOME/.m2/repository" "$mounts/streamjob-m2/repository"
 
 # 3. the images, each keyed by the hash of what goes into it
 inputs_hash() {  # dockerfile
@@ -104,21 +120,30 @@ inputs_hash() {  # dockerfile
       -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-16
 }
+stamp_lines() { while IFS= read -r line; do printf '%(%T)T %s\n' -1 "$line"; done; }
+step_times() {  # log: seconds each STEP took (to the next STEP or the end), slowest first
+  awk '{ split($1, t, ":"); now = t[1] * 3600 + t[2] * 60 + t[3] }
+       / STEP [0-9]+\/[0-9]+: / { if (step != "") printf "%5ds %s\n", now - start, step; start = now; step = substr($0, 10, 110) }
+       END { if (step != "") printf "%5ds %s\n", now - start, step }' "$1" | sort -rn
+}
 build() {  # name dockerfile
-  local name=$1 dockerfile=$2 hash stamp
+  local name=$1 dockerfile=$2 hash stamp kind
+  kind=$(basename "$(dirname "$dockerfile")")
   hash=$(inputs_hash "$dockerfile")
-  stamp="$IMAGES/$(basename "$(dirname "$dockerfile")").hash"
+  stamp="$IMAGES/$kind.hash"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$hash" ]] && exists "$name"; then
     say "$name is up to date (inputs $hash)"
     return 0
   fi
-  say "building $name from $dockerfile (inputs $hash)"
+  say "building $name from $dockerfile (inputs $hash; log: $IMAGES/build-$kind.log)"
   local started=$SECONDS
-  "${B[@]}" bud --isolation chroot --layers --pull=never \
-    --label "io.streamjob.inputs=$hash" -t "$name" -f "$ROOT/$dockerfile" "$ROOT" >"$IMAGES/build-$(basename "$(dirname "$dockerfile")").log" 2>&1 \
-    || { tail -n 40 "$IMAGES/build-$(basename "$(dirname "$dockerfile")").log" >&2; die "building $name failed (log above)"; }
+  "${B[@]}" bud --isolation chroot --layers --force-rm --pull=never \
+    --label "io.streamjob.inputs=$hash" -t "$name" -f "$ROOT/$dockerfile" "$ROOT" 2>&1 | stamp_lines >"$IMAGES/build-$kind.log" \
+    || { tail -n 40 "$IMAGES/build-$kind.log" >&2; die "building $name failed (log above)"; }
   echo "$hash" >"$stamp"
-  say "built $name in $((SECONDS - started))s"
+  step_times "$IMAGES/build-$kind.log" >"$IMAGES/build-$kind.steps"
+  say "built $name in $((SECONDS - started))s; slowest steps ($IMAGES/build-$kind.steps):"
+  head -n 4 "$IMAGES/build-$kind.steps" | sed 's/^/  /' >&2
 }
 build "$OPERATOR_IMAGE" images/operator/Dockerfile
 build "$RUNTIME_IMAGE" images/runtime/Dockerfile
