@@ -99,24 +99,32 @@ def _stamp(line: str) -> float:
     return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
-def run_runtime(work: Path, events: Path, index: int) -> float:
-    job = runtime_job(events, work / f"runtime-out-{index}", work / f"runtime-job-{index}.json")
+def runtime_command(work: Path, job: Path, checkpoint: Path, trigger: str = "available-now", name: str = "bench") -> list[str]:
+    """The runtime run command line for `job` (one local[2] driver, no UI)."""
     token = work / "token"
     token.write_text("bench")
+    return [sys.executable, "-m", "job_runtime.main", "run", "--job", str(job), "--name", name, "--namespace", "bench",
+            "--checkpoint", checkpoint.as_uri(), "--state-partitions", str(PARTITIONS),
+            "--trigger-interval", trigger, "--token-file", str(token), "--master", "local[2]",
+            "--conf", "spark.ui.enabled=false"]
+
+
+def run_available_now(work: Path, job: Path, checkpoint: Path, name: str = "bench") -> float:
+    """Runs `job` to its end (Trigger.AvailableNow); the query time from the runtime's own log lines."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run(
-        [sys.executable, "-m", "job_runtime.main", "run", "--job", str(job), "--name", "bench", "--namespace", "bench",
-         "--checkpoint", (work / f"runtime-ckpt-{index}").as_uri(), "--state-partitions", str(PARTITIONS),
-         "--trigger-interval", "available-now", "--token-file", str(token), "--master", "local[2]",
-         "--conf", "spark.ui.enabled=false"],
-        cwd=work, env=env, capture_output=True, text=True, check=False,
-    )
+    result = subprocess.run(runtime_command(work, job, checkpoint, name=name), cwd=work, env=env,
+                            capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SystemExit(f"runtime run failed ({result.returncode}):\n{result.stderr[-3000:]}")
     lines = result.stderr.splitlines()
     started = next(_stamp(line) for line in lines if "started query" in line)
     finished = next(_stamp(line) for line in lines if "finished query" in line)
     return finished - started
+
+
+def run_runtime(work: Path, events: Path, index: int) -> float:
+    job = runtime_job(events, work / f"runtime-out-{index}", work / f"runtime-job-{index}.json")
+    return run_available_now(work, job, work / f"runtime-ckpt-{index}")
 
 
 def run_plain(work: Path, events: Path, index: int) -> float:

@@ -66,6 +66,59 @@ MAX_TRANSACTION_TIMEOUT_MS = 900_000
 MIN_TRANSACTION_TIMEOUT_MS = 1_000
 
 
+class SaslMechanism(str, Enum):
+    plain = "PLAIN"
+    scram_sha_256 = "SCRAM-SHA-256"
+    scram_sha_512 = "SCRAM-SHA-512"
+
+
+class SecurityProtocol(str, Enum):
+    sasl_plaintext = "SASL_PLAINTEXT"
+    sasl_ssl = "SASL_SSL"
+
+
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+
+
+class CredentialsSecretRef(Model):
+    """A Secret holding a user name and a password, each under its own key."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=SECRET_NAME_PATTERN,
+                      description="Name of a Secret in the StreamJob's namespace.")
+    username_key: str = Field(default="username", alias="usernameKey", min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN,
+                              description="Key in the Secret that holds the SASL user name.")
+    password_key: str = Field(default="password", alias="passwordKey", min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN,
+                              description="Key in the Secret that holds the SASL password.")
+
+
+class KafkaSasl(Model):
+    """SASL authentication to the brokers; the credentials only by Secret reference (docs/delivery.md)."""
+
+    mechanism: SaslMechanism = Field(description="SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.")
+    security_protocol: SecurityProtocol = Field(
+        default=SecurityProtocol.sasl_ssl, alias="securityProtocol",
+        description="SASL_SSL (TLS to the brokers, the default) or SASL_PLAINTEXT (no TLS: the password "
+        "crosses the network in the clear with PLAIN).",
+    )
+    secret_ref: CredentialsSecretRef = Field(
+        alias="secretRef",
+        description="Secret with the user name and password. The driver gets them as environment variables "
+        "from the Secret (valueFrom.secretKeyRef); they are never in the spec, status, events or logs.",
+    )
+
+
+# Spark reader options that would carry credentials inline: refused, use `sasl`.
+INLINE_CREDENTIAL_OPTIONS = ("kafka.sasl.jaas.config",)
+
+
+def sasl_env(role: str) -> tuple[str, str]:
+    """The driver's environment variables (user name, password) for one Kafka client:
+    `role` is "sink" or "source.<name>" (source names are SQL identifiers)."""
+    stem = "STREAMJOB_KAFKA_" + role.replace(".", "_").upper()
+    return f"{stem}_USERNAME", f"{stem}_PASSWORD"
+
+
 class OutputMode(str, Enum):
     append = "append"
     update = "update"
@@ -90,6 +143,10 @@ class Source(Model):
                 cel("self.kind != 'kafka' || ('subscribe' in self.options || 'subscribePattern' in self.options "
                     "|| 'assign' in self.options)",
                     "a kafka source needs options.subscribe, options.subscribePattern or options.assign"),
+                cel("self.kind == 'kafka' || !has(self.sasl)", "sasl goes with kind: kafka", "sasl"),
+                cel("!has(self.options) || " + " && ".join(f"!('{o}' in self.options)" for o in INLINE_CREDENTIAL_OPTIONS),
+                    "credentials are accepted only by Secret reference: set sasl.secretRef, not "
+                    + ", ".join(INLINE_CREDENTIAL_OPTIONS), "options"),
             ]
         }
     )
@@ -105,6 +162,7 @@ class Source(Model):
         default_factory=dict, description="Spark reader options (e.g. rowsPerSecond, maxFilesPerTrigger, kafka.bootstrap.servers)."
     )
     event_time: EventTime | None = Field(default=None, alias="eventTime", description="Event-time column and watermark of this source.")
+    sasl: KafkaSasl | None = Field(default=None, description="SASL authentication of a kafka source (credentials by Secret reference).")
 
     @model_validator(mode="after")
     def _kind_needs(self) -> "Source":
@@ -113,6 +171,11 @@ class Source(Model):
             raise ValueError("a files source needs path, format and schema")
         if self.kind == SourceKind.kafka and not {"subscribe", "subscribePattern", "assign"} & set(self.options):
             raise ValueError("a kafka source needs options.subscribe, options.subscribePattern or options.assign")
+        if self.kind != SourceKind.kafka and self.sasl is not None:
+            raise ValueError("sasl goes with kind: kafka")
+        inline = sorted(set(INLINE_CREDENTIAL_OPTIONS) & set(self.options))
+        if inline:
+            raise ValueError(f"options: credentials are accepted only by Secret reference: set sasl.secretRef, not {', '.join(inline)}")
         return self
 
 
@@ -156,6 +219,7 @@ class KafkaSink(Model):
         description="transaction.timeout.ms of the exactly-once producer: longer than writing one micro-batch takes, "
         "at most the broker's transaction.max.timeout.ms (15 minutes by default).",
     )
+    sasl: KafkaSasl | None = Field(default=None, description="SASL authentication to the brokers (credentials by Secret reference).")
 
 
 class Sink(Model):
@@ -322,6 +386,16 @@ def load_job_definition(path: str | Path) -> JobDefinition:
     except (ValueError, yaml.YAMLError) as err:
         raise JobDefinitionError(f"{p}: not valid JSON/YAML: {err}") from None
     return parse_job_definition(data, where=f"{p}: job")
+
+
+def sasl_clients(job: JobDefinition) -> list[tuple[str, KafkaSasl]]:
+    """Every Kafka client of `job` that authenticates with SASL, as (role for `sasl_env`, settings)."""
+    sources = job.pipeline.sources if job.pipeline is not None else job.sources or []
+    sink = job.pipeline.sink if job.pipeline is not None else job.sink
+    found = [(f"source.{s.name}", s.sasl) for s in sources if s.sasl is not None]
+    if sink is not None and sink.kafka is not None and sink.kafka.sasl is not None:
+        found.append(("sink", sink.kafka.sasl))
+    return found
 
 
 def dump_job_definition(job: JobDefinition) -> str:

@@ -7,14 +7,28 @@ exactly-once path is a two-phase commit over Spark's micro-batch protocol
 1. Spark writes batch N's offsets to the offset log, then runs the batch;
    `ExactlyOnceKafkaWriter` gets its rows through foreachBatch.
 2. The writer asks Kafka for its marker: the offset its consumer group
-   `streamjob-sink.<namespace>.<name>.<checkpoint hash>` committed on
-   partition 0 of the sink topic, which is "last published batch + 1". When it already covers N, the
-   batch is a re-run of one whose transaction committed (the driver died
-   between the Kafka commit and Spark's commit log entry): nothing is sent.
-3. Otherwise it sends the rows and the marker N + 1 in one transaction
+   `streamjob-sink.<namespace>.<name>` (one per job, whatever its checkpoint)
+   committed on partition 0 of the sink topic. The offset is "last published
+   batch + 1"; its metadata string names that batch by its id and by a digest
+   of its input (the source offsets Spark logged for it and for the batch
+   before it, `offsets/N` and `offsets/N-1`). When the marker names batch N
+   with the digest of this run's batch N, the batch is a re-run of one whose
+   transaction committed: the driver died, or a stop-with-savepoint ended the
+   query, between the Kafka commit and Spark's commit log entry, in this
+   checkpoint or in the one a savepoint was taken from. Nothing is sent.
+3. Otherwise it sends the rows and the marker in one transaction
    (send_offsets_to_transaction) and commits it: the rows and the marker
    become visible together, or not at all.
 4. Spark then writes batch N to its commit log.
+
+Why the input digest and not the checkpoint: a savepoint carries the batch
+that was planned but not committed (its offsets, `offsets/N`), and a job
+restored from it re-runs that batch in a new checkpoint with the same batch id
+and the same offsets. A marker per checkpoint started empty there and published
+the batch a second time. The digest recognises the same batch in any checkpoint
+of the job's lineage, and tells it apart from a batch with the same id but
+other input (a restore from an older savepoint replays what followed it, as
+Flink does).
 
 The producer's transactional id is `streamjob.<namespace>.<name>`: stable
 across restarts, so a new driver's init_transactions fences the old one and
@@ -26,12 +40,13 @@ batch). Broker and topic are named in every error.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from job_runtime import testhooks
+from job_runtime import kafka_auth, testhooks
 from job_runtime.jobdef import Delivery, KafkaSink
 
 if TYPE_CHECKING:
@@ -64,9 +79,56 @@ class SinkIdentity:
 
     @property
     def marker_group(self) -> str:
-        """Per checkpoint: batch ids restart from a savepoint's in a new checkpoint and are new batches there."""
-        digest = hashlib.sha256(self.checkpoint.rstrip("/").encode()).hexdigest()[:12]
-        return f"streamjob-sink.{self.namespace}.{self.name}.{digest}"
+        """Per job, not per checkpoint: a restored job must see what the job it was restored from published."""
+        return f"streamjob-sink.{self.namespace}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The last published batch: its id and the digest of its input (batch_input_digest)."""
+
+    batch_id: int
+    digest: str
+
+    def metadata(self) -> str:
+        return json.dumps({"batch": self.batch_id, "input": self.digest}, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, offset: int | None, metadata: str | None) -> "Marker | None":
+        if offset is None or offset < 0:
+            return None
+        try:
+            body = json.loads(metadata or "")
+            return cls(int(body["batch"]), str(body["input"]))
+        except (ValueError, KeyError, TypeError):
+            return cls(offset - 1, "")  # a marker without a digest matches no batch: published again, never lost
+
+
+def offset_lines(text: str) -> str:
+    """The source offsets of an offset log entry (the lines after the version and batch metadata)."""
+    return "\n".join(text.splitlines()[2:])
+
+
+def batch_input_digest(current: str, previous: str | None) -> str:
+    """Names a batch by its input: the source offsets it ends at and the ones it starts from."""
+    h = hashlib.sha256(offset_lines(current).encode())
+    h.update(b"\0" + offset_lines(previous or "").encode())
+    return h.hexdigest()[:32]
+
+
+def read_offset_log(spark: Any, checkpoint: str, batch_id: int) -> str | None:
+    """`offsets/<batch_id>` of `checkpoint`, read through Spark's own Hadoop file system
+    (the one that wrote it); None when the batch has no entry."""
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/offsets/{batch_id}")
+    fs = path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
+    if not fs.exists(path):
+        return None
+    stream = fs.open(path)
+    try:
+        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+    finally:
+        stream.close()
 
 
 def records(df: "DataFrame", kafka: KafkaSink) -> "DataFrame":
@@ -96,6 +158,7 @@ class ExactlyOnceKafkaWriter:
         self.kafka = kafka
         self.transactional_id = identity.transactional_id
         self.group = identity.marker_group
+        self.checkpoint = identity.checkpoint
         self._producer: Any = None
         self._marker_consumer: Any = None
 
@@ -103,7 +166,8 @@ class ExactlyOnceKafkaWriter:
         return f"brokers {self.kafka.bootstrap_servers} topic {self.kafka.topic}"
 
     def _client_conf(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.kafka.bootstrap_servers}
+        # SASL credentials from the driver's environment (job_runtime.kafka_auth), never logged
+        return {"bootstrap.servers": self.kafka.bootstrap_servers, **kafka_auth.client_conf(self.kafka.sasl, "sink", "sink.kafka")}
 
     def _ensure_clients(self) -> None:
         from confluent_kafka import Consumer, KafkaException, Producer
@@ -129,8 +193,8 @@ class ExactlyOnceKafkaWriter:
         })
         log.info("started transactional producer transactionalId=%s markerGroup=%s", self.transactional_id, self.group)
 
-    def published_through(self) -> int:
-        """The marker: last batch id whose transaction committed, or -1."""
+    def marker(self) -> Marker | None:
+        """The last batch whose transaction committed, or None."""
         from confluent_kafka import KafkaException, TopicPartition
 
         deadline = time.monotonic() + MARKER_TIMEOUT
@@ -144,19 +208,32 @@ class ExactlyOnceKafkaWriter:
                     raise KafkaSinkError(f"sink.kafka ({self._where()}): cannot read the committed-batch marker: {err.args[0]}") from None
                 log.info("retrying the committed-batch marker read reason=%s", err.args[0].name())
                 time.sleep(0.5)
-        offset = committed[0].offset
-        return offset - 1 if offset is not None and offset >= 0 else -1
+        return Marker.parse(committed[0].offset, committed[0].metadata)
+
+    def input_digest(self, batch: "DataFrame", batch_id: int) -> str:
+        spark = batch.sparkSession
+        current = read_offset_log(spark, self.checkpoint, batch_id)
+        if current is None:
+            raise KafkaSinkError(f"sink.kafka ({self._where()}): batch {batch_id} has no offsets/{batch_id} in {self.checkpoint}")
+        previous = read_offset_log(spark, self.checkpoint, batch_id - 1) if batch_id > 0 else None
+        return batch_input_digest(current, previous)
 
     def __call__(self, batch: "DataFrame", batch_id: int) -> None:
         from confluent_kafka import KafkaException, TopicPartition
 
         self._ensure_clients()
-        last = self.published_through()
-        if batch_id <= last:
+        digest = self.input_digest(batch, batch_id)
+        last = self.marker()
+        if last == Marker(batch_id, digest):
             # still run the batch, unpublished: its state stores must commit (Spark checks it)
             batch.write.format("noop").mode("overwrite").save()
-            log.info("skipped batch batchId=%s reason=already committed to Kafka (marker %s)", batch_id, last)
+            log.info("skipped batch batchId=%s reason=already committed to Kafka (marker %s)", batch_id, last.metadata())
             return
+        if last is not None and last.batch_id >= batch_id:
+            log.warning(
+                "publishing batch batchId=%s although the marker names batch %s: other input (a restore from an older "
+                "savepoint replays what followed it)", batch_id, last.batch_id,
+            )
         producer = self._producer
         rows = records(batch, self.kafka)
         count = 0
@@ -166,10 +243,11 @@ class ExactlyOnceKafkaWriter:
                 headers = list(row["headers"].items()) if row["headers"] else None
                 self._produce(producer, row["topic"], row["key"], row["value"], headers)
                 count += 1
-            marker = [TopicPartition(self.kafka.topic, MARKER_PARTITION, batch_id + 1)]
-            producer.send_offsets_to_transaction(marker, self._marker_consumer.consumer_group_metadata())
+            marker = [TopicPartition(self.kafka.topic, MARKER_PARTITION, batch_id + 1, Marker(batch_id, digest).metadata())]
+            timeout = self.kafka.transaction_timeout_ms / 1000  # the broker aborts it then anyway
+            producer.send_offsets_to_transaction(marker, self._marker_consumer.consumer_group_metadata(), timeout)
             testhooks.reached("kafka-before-commit")
-            producer.commit_transaction()
+            producer.commit_transaction(timeout)
         except KafkaException as err:
             self._abort()
             raise KafkaSinkError(f"sink.kafka ({self._where()}): batch {batch_id} not published: {err.args[0]}") from None
@@ -213,5 +291,6 @@ def kafka_writer(df: "DataFrame", kafka: KafkaSink, output_mode: str, identity: 
         return (
             shaped.writeStream.outputMode(output_mode).format("kafka")
             .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("topic", kafka.topic)
+            .options(**kafka_auth.spark_options(kafka.sasl, "sink", "sink.kafka"))
         )
     return df.writeStream.outputMode(output_mode).foreachBatch(ExactlyOnceKafkaWriter(kafka, identity))

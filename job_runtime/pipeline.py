@@ -14,7 +14,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from job_runtime.jobdef import EventTime, FileFormat, JobDefinitionError, Pipeline, Sink, SinkKind, Source, SourceKind, Transform
+from job_runtime.jobdef import (
+    EventTime, FileFormat, JobDefinition, JobDefinitionError, Pipeline, Sink, SinkKind, Source, SourceKind, Transform,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -54,7 +56,14 @@ def open_source(spark: "SparkSession", source: Source, where: str) -> "DataFrame
                 "(org.apache.spark:spark-sql-kafka-0-10) on the classpath; it is not there: "
                 "add it to the image or to $STREAMJOB_JARS_DIR"
             )
-        return reader.format("kafka").options(**source.options).load()
+        options = dict(source.options)
+        if source.sasl is not None:
+            from job_runtime import kafka_auth
+
+            role = f"source.{source.name}"
+            kafka_auth.check(options.get("kafka.bootstrap.servers", ""), source.sasl, role, where)
+            options.update(kafka_auth.spark_options(source.sasl, role, where))  # in memory only, never logged
+        return reader.format("kafka").options(**options).load()
     assert source.format is not None and source.path is not None and source.schema_ is not None  # the model's rule
     try:
         return reader.format(source.format.value).schema(source.schema_).options(**source.options).load(source.path)
@@ -126,6 +135,29 @@ class BatchDirectoryWriter:
         log.debug("wrote batch batchId=%s path=%s", batch_id, self.target(batch_id))
 
 
+def kafka_endpoints(job: JobDefinition) -> list[str]:
+    """The job's Kafka sources and sink, each with its brokers and topic, for error messages."""
+    sources = job.pipeline.sources if job.pipeline else job.sources or []
+    sink = job.pipeline.sink if job.pipeline else job.sink
+    found = []
+    for source in sources:
+        if source.kind == SourceKind.kafka:
+            opts = source.options
+            topic = opts.get("subscribe") or opts.get("subscribePattern") or opts.get("assign")
+            found.append(f"kafka source {source.name!r}: brokers {opts.get('kafka.bootstrap.servers')} topic {topic}")
+    if sink is not None and sink.kafka is not None:
+        found.append(f"kafka sink: brokers {sink.kafka.bootstrap_servers} topic {sink.kafka.topic}")
+    return found
+
+
+def kafka_context(job: JobDefinition, error: str) -> str:
+    """" (kafka source ...; kafka sink ...)" when a query failure is Kafka's, else ""."""
+    endpoints = kafka_endpoints(job)
+    if not endpoints or "kafka" not in error.lower():
+        return ""
+    return f" ({'; '.join(endpoints)})"
+
+
 def sink_writer(df: "DataFrame", sink: Sink, identity: "SinkIdentity | None" = None) -> "DataStreamWriter":
     """The DataStreamWriter for a declared sink, without checkpoint/trigger (the runtime adds those).
 
@@ -136,6 +168,10 @@ def sink_writer(df: "DataFrame", sink: Sink, identity: "SinkIdentity | None" = N
         assert sink.kafka is not None  # the model's rule
         if identity is None:
             raise JobDefinitionError("sink.kafka: the Kafka sink needs the job's namespace, name and checkpoint")
+        if sink.kafka.sasl is not None:
+            from job_runtime import kafka_auth
+
+            kafka_auth.check(sink.kafka.bootstrap_servers, sink.kafka.sasl, "sink", "sink.kafka")
         try:
             return kafka_writer(df, sink.kafka, sink.output_mode.value, identity)
         except ValueError as err:

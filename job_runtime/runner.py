@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from job_runtime import checkpoint, janitor, jobs, nonrestored, ownership, recovery
+from job_runtime import checkpoint, janitor, jobs, nonrestored, ownership, pipeline, recovery
 from job_runtime.control import ControlError
 from job_runtime.exitcodes import ExitCode
 from job_runtime.jobdef import JobDefinition, JobDefinitionError
@@ -458,7 +458,8 @@ class Runner:
         if error is not None:
             if nonrestored.is_operator_check(str(error)):
                 return self._operators_changed(error)  # None: started again without the dropped state
-            return self._fail(ExitCode.FAILED, f"query failed: {_describe(error)}")
+            context = pipeline.kafka_context(self.job, str(error))
+            return self._fail(ExitCode.FAILED, f"query failed: {_describe(error)}{context}")
         self._join_worker()
         self._state = RunState.FINISHED
         log.info("finished query job=%s reason=the query ended by itself", self.settings.job_id)
@@ -638,8 +639,17 @@ def _describe(err: BaseException) -> str:
         except Exception:
             pass
     lines = [line for line in text.splitlines() if line.strip()]
-    head = lines[0] if lines else type(err).__name__
+    head = _python_exception(lines) or (lines[0] if lines else type(err).__name__)
     return head if len(head) <= 2000 else head[:2000] + "..."
+
+
+def _python_exception(lines: list[str]) -> str | None:
+    """The exception line of a Python traceback Spark wraps ("An exception was raised by the
+    Python Proxy. Return Message: Traceback ..."), e.g. a foreachBatch sink's KafkaSinkError."""
+    start = next((i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line), None)
+    if start is None:
+        return None
+    return next((line for line in lines[start + 1:] if not line[0].isspace() and not line.startswith("Traceback")), None)
 
 
 def _progress_dict(progress: Any) -> dict[str, Any]:

@@ -8,4 +8,4 @@ cd "$ROOT"
 bash scripts/bootstrap.sh
 # shellcheck disable=SC1091
 source .streamjob-env
-exec "$STREAMJOB_VENV/bin/pytest" -q -p no:cacheprovider "$@"
+exec "$STREAMJOB_VENV/bin/pytest" -q -p no:cacheprovider --durations=25 "$@"

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import shutil
 import subprocess
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +43,34 @@ logger.state.level = WARN
 """
 
 
-def _properties(node_dir: Path, broker_port: int, controller_port: int) -> str:
+def _sasl_settings(sasl_users: Mapping[str, str]) -> dict[str, str]:
+    """The SASL_PLAINTEXT listener's PLAIN users: the broker's own JAAS entry lists user_<name>="<password>"."""
+    # server.properties unescapes backslashes before the JAAS parser sees the value: keep to plain tokens
+    odd = [name for name, password in sasl_users.items() if not re.fullmatch(r"[A-Za-z0-9_.-]+", name + password)]
+    if odd:
+        raise ValueError(f"test bed SASL users: names and passwords are letters, digits, '_', '.', '-' ({', '.join(odd)})")
+    users = " ".join(f'user_{name}="{password}"' for name, password in sasl_users.items())
+    return {
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+    }
+
+
+def _properties(node_dir: Path, broker_port: int, controller_port: int, sasl_port: int | None = None,
+                sasl_users: Mapping[str, str] | None = None) -> str:
+    listeners = f"PLAINTEXT://127.0.0.1:{broker_port}"
+    if sasl_port is not None:
+        listeners += f",SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
+        "listeners": f"{listeners},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": listeners,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
         "log.dirs": str(node_dir / "data"),
         "num.partitions": "1",
         "auto.create.topics.enable": "false",
@@ -65,6 +85,7 @@ def _properties(node_dir: Path, broker_port: int, controller_port: int) -> str:
         "group.initial.rebalance.delay.ms": "0",
         # the broker's default (15 minutes): a sink asking for more is refused
         "transaction.max.timeout.ms": "900000",
+        **(_sasl_settings(sasl_users) if sasl_port is not None and sasl_users else {}),
     }
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
@@ -84,6 +105,8 @@ class KafkaBroker:
     process: ManagedProcess
     bootstrap: str  # host:port of the PLAINTEXT listener
     log_path: Path
+    sasl_bootstrap: str | None = None  # host:port of the SASL_PLAINTEXT (PLAIN) listener, when asked for
+    sasl_users: Mapping[str, str] = field(default_factory=dict)  # its users: name -> password
 
     def admin(self) -> Any:
         return admin_client(self.bootstrap)
@@ -102,15 +125,32 @@ class KafkaBroker:
     def stop(self) -> None:
         self.process.stop(timeout=30)
 
+    def restart(self, timeout: float = 180.0) -> None:
+        """Starts the stopped broker again: same command, ports and log directory (its topics,
+        committed offsets and transactions survive), ready when it serves the protocol."""
+        if self.process.alive():
+            raise ComponentError(f"kafka broker {self.bootstrap} is still running: stop() it first")
+        self.process = ManagedProcess("kafka", self.process.argv, self.log_path)
+        _wait_serving(self.process, self.bootstrap, timeout)
+        log.info("Restarted Kafka broker bootstrap=%s", self.bootstrap)
+
 
 def cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding; never starting with
+    "-", which kafka-storage's argument parser takes for an option (as Kafka's own Uuid avoids)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
 
 
-def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, preferred_port: int | None = None) -> KafkaBroker:
+def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, preferred_port: int | None = None,
+                sasl_users: Mapping[str, str] | None = None) -> KafkaBroker:
     """Formats a fresh KRaft log directory under `node_dir` and starts the node on free ports
-    (the broker listener on `preferred_port` when it is free: the dev examples name 127.0.0.1:9092)."""
+    (the broker listener on `preferred_port` when it is free: the dev examples name 127.0.0.1:9092).
+    With `sasl_users` (name -> password) it also opens a SASL_PLAINTEXT listener on loopback that
+    authenticates them with PLAIN (`KafkaBroker.sasl_bootstrap`); no authorizer, so an authenticated
+    user may do anything."""
     java = shutil.which("java")
     if java is None:
         raise ComponentError("java is not on PATH (the Kafka broker needs Java 17)")
@@ -128,7 +168,9 @@ def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, prefe
         first = "broker" not in chosen
         chosen["broker"] = preferred_port if preferred_port and first and port_is_free(preferred_port) else free_port()
         chosen["controller"] = free_port()
-        config.write_text(_properties(node_dir, chosen["broker"], chosen["controller"]))
+        if sasl_users:
+            chosen["sasl"] = free_port()
+        config.write_text(_properties(node_dir, chosen["broker"], chosen["controller"], chosen.get("sasl"), sasl_users))
         if not formatted:
             done = subprocess.run(
                 [java, HEAP, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config)],
@@ -142,18 +184,21 @@ def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, prefe
         return ManagedProcess("kafka", argv, log_path)
 
     def ready(proc: ManagedProcess) -> None:
-        bootstrap = f"127.0.0.1:{chosen['broker']}"
-
-        def serving() -> bool:
-            metadata = admin_client(bootstrap, quiet=True).list_topics(timeout=5)
-            return len(metadata.brokers) == 1
-
-        proc.wait_ready(serving, timeout, "serving the Kafka protocol")
+        _wait_serving(proc, f"127.0.0.1:{chosen['broker']}", timeout)
 
     proc = start_with_port_retry(start, ready)
-    broker = KafkaBroker(proc, f"127.0.0.1:{chosen['broker']}", log_path)
-    log.info("Started Kafka broker bootstrap=%s", broker.bootstrap)
+    sasl = f"127.0.0.1:{chosen['sasl']}" if "sasl" in chosen else None
+    broker = KafkaBroker(proc, f"127.0.0.1:{chosen['broker']}", log_path, sasl, dict(sasl_users or {}))
+    log.info("Started Kafka broker bootstrap=%s saslBootstrap=%s", broker.bootstrap, sasl)
     return broker
+
+
+def _wait_serving(proc: ManagedProcess, bootstrap: str, timeout: float) -> None:
+    def serving() -> bool:
+        metadata = admin_client(bootstrap, quiet=True).list_topics(timeout=5)
+        return len(metadata.brokers) == 1
+
+    proc.wait_ready(serving, timeout, "serving the Kafka protocol")
 
 
 def log_tail(broker: KafkaBroker) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -106,6 +107,8 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from testbed import locate
     from testbed.kafka import start_kafka
 
-    broker = start_kafka(locate.kafka_dir(), tmp_path_factory.mktemp("kafka"), timeout=180)
+    # a SASL_PLAINTEXT/PLAIN listener beside the plain one, its user's password fresh per session
+    users = {"streamjob": secrets.token_urlsafe(18)}
+    broker = start_kafka(locate.kafka_dir(), tmp_path_factory.mktemp("kafka"), timeout=180, sasl_users=users)
     yield broker
     broker.stop()

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from job_runtime.jobdef import dump_job_definition
+from job_runtime.jobdef import JobDefinition, dump_job_definition, sasl_clients, sasl_env
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, KIND, StreamJobSpec
 from streamjob_operator.k8s import pods
 from streamjob_operator.reconcile import names
@@ -256,6 +256,21 @@ def runtime_args(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout
     return args
 
 
+def kafka_credentials_env(job: JobDefinition) -> list[Manifest]:
+    """The SASL user name and password of each Kafka client of the job, as env variables the kubelet
+    fills from the Secret (valueFrom.secretKeyRef): never the values themselves, and no Secret read
+    by the driver (its Role has no rights on Secrets)."""
+    env: list[Manifest] = []
+    for role, sasl in sasl_clients(job):
+        user_var, password_var = sasl_env(role)
+        ref = sasl.secret_ref
+        env += [
+            {"name": user_var, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.username_key}}},
+            {"name": password_var, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.password_key}}},
+        ]
+    return env
+
+
 def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: RuntimeLayout) -> Manifest:
     """The driver pod of one epoch: the job runtime, starting Spark's driver in client mode."""
     # executor.instances 0 runs the tasks in the driver: Spark's local master, no executor pods
@@ -278,6 +293,7 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
                 {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.access_key_id_key}}},
                 {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.secret_access_key_key}}},
             ]
+    env += kafka_credentials_env(spec.job)
     memory = _pod_memory(spec.driver.memory, spec.driver.memory_overhead)
     labels = names.driver_labels(owner.name, action.epoch)
     own = {

@@ -68,6 +68,18 @@ def kafka_sink(**kafka: Any) -> Callable[[dict[str, Any]], None]:
 
 
 KAFKA_OK = {"bootstrapServers": "kafka:9092", "topic": "windows"}
+SASL_OK = {"mechanism": "SCRAM-SHA-256", "securityProtocol": "SASL_SSL", "secretRef": {"name": "kafka-creds"}}
+
+
+def kafka_source(sasl: Any = None, **options: str) -> Callable[[dict[str, Any]], None]:
+    """The pipeline's first source turned into a kafka source with these options and SASL settings."""
+    def mutate(obj: dict[str, Any]) -> None:
+        source = obj["spec"]["job"]["pipeline"]["sources"][0]
+        source.update({"kind": "kafka", "options": {"kafka.bootstrap.servers": "kafka:9093", "subscribe": "clicks", **options}})
+        if sasl is not None:
+            source["sasl"] = sasl
+
+    return mutate
 
 
 def mounted(path: str, kind: str = "hostPath") -> dict[str, Any]:
@@ -123,6 +135,22 @@ INVALID = [
                  id="unknown delivery guarantee is refused"),
     pytest.param(kafka_sink(**KAFKA_OK, transactionTimeoutMs=1_000_000), "spec.job.pipeline.sink.kafka.transactionTimeoutMs",
                  id="transaction timeout above the broker's maximum is refused"),
+    pytest.param(kafka_sink(**KAFKA_OK, sasl={"mechanism": "PLAIN"}), "spec.job.pipeline.sink.kafka.sasl.secretRef",
+                 id="kafka sink SASL without a secretRef is refused"),
+    pytest.param(kafka_sink(**KAFKA_OK, sasl={**SASL_OK, "password": "hunter2"}), "spec.job.pipeline.sink.kafka.sasl.password",
+                 id="inline kafka sink SASL password is refused"),
+    pytest.param(kafka_sink(**KAFKA_OK, sasl={**SASL_OK, "secretRef": {"name": "kafka-creds", "password": "hunter2"}}),
+                 "spec.job.pipeline.sink.kafka.sasl.secretRef.password", id="inline password in a SASL secretRef is refused"),
+    pytest.param(kafka_sink(**KAFKA_OK, sasl={**SASL_OK, "mechanism": "GSSAPI"}), "spec.job.pipeline.sink.kafka.sasl.mechanism",
+                 id="unknown SASL mechanism is refused"),
+    pytest.param(kafka_sink(**KAFKA_OK, sasl={**SASL_OK, "securityProtocol": "PLAINTEXT"}),
+                 "spec.job.pipeline.sink.kafka.sasl.securityProtocol", id="SASL without a SASL security protocol is refused"),
+    pytest.param(kafka_source({"mechanism": "PLAIN"}), "spec.job.pipeline.sources[0].sasl.secretRef",
+                 id="kafka source SASL without a secretRef is refused"),
+    pytest.param(kafka_source(**{"kafka.sasl.jaas.config": 'PlainLoginModule required username="u" password="hunter2";'}),
+                 "spec.job.pipeline.sources[0].options", id="kafka source credentials in options are refused"),
+    pytest.param(setting("spec.job.pipeline.sources.0.sasl", SASL_OK), "spec.job.pipeline.sources[0].sasl",
+                 id="SASL on a source that is not kafka is refused"),
     pytest.param(setting("spec.driver.memory", "lots"), "spec.driver.memory", id="malformed driver memory is refused"),
     pytest.param(setting("spec.deletion.timeoutSeconds", -5), "spec.deletion.timeoutSeconds", id="negative deletion timeout is refused"),
     pytest.param(setting("metadata.name", "a" * 70), "metadata.name", id="name longer than 63 characters is refused"),
@@ -177,6 +205,16 @@ def test_invalid_manifest_is_refused_naming_the_field(kubectl_run, streamjob_crd
     assert result.returncode != 0, f"accepted an invalid manifest:\n{yaml.safe_dump(obj)}"
     assert field in result.stderr, result.stderr
     assert kubectl_run("get", "sj", obj["metadata"]["name"], "-n", namespace, check=False).returncode != 0
+
+
+def test_kafka_sasl_by_secret_reference_is_accepted(kubectl_run, streamjob_crd, namespace):
+    obj = base()
+    kafka_source(SASL_OK)(obj)
+    kafka_sink(**KAFKA_OK, sasl={**SASL_OK, "secretRef": {"name": "kafka-creds", "usernameKey": "user", "passwordKey": "pass"}})(obj)
+    kubectl_run("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(obj))
+    got = yaml.safe_load(kubectl_run("get", "sj", obj["metadata"]["name"], "-n", namespace, "-o", "yaml").stdout)["spec"]["job"]
+    assert got["pipeline"]["sources"][0]["sasl"]["secretRef"] == {"name": "kafka-creds", "usernameKey": "username", "passwordKey": "password"}
+    assert got["pipeline"]["sink"]["kafka"]["sasl"]["secretRef"]["passwordKey"] == "pass"
 
 
 def test_changing_state_partitions_under_last_state_is_refused(kubectl_run, streamjob_crd, namespace):

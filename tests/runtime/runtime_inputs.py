@@ -18,13 +18,18 @@ SEED = 7
 DELAY_MS = 10_000
 
 
-def load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_events", EXAMPLES / "gen_events.py")
+def load_example(name: str) -> ModuleType:
+    """examples/jobs/<name>.py as the module `name` (the examples are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["gen_events"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_generator() -> ModuleType:
+    return load_example("gen_events")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,6 @@ examples/jobs/kafka_events.py's events, read back as a read_committed consumer."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import uuid
@@ -14,7 +13,9 @@ from typing import Any
 
 import runtime_reference as reference
 import yaml
-from runtime_harness import EXAMPLES
+from pause_points import PausePoint, pause_env
+from runtime_harness import EXAMPLES, RuntimeProcess, run_args, runtime_env
+from runtime_inputs import load_example
 from runtime_outputs import _row
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
@@ -25,12 +26,7 @@ EVENTS = 600  # 5 minutes of event time, 6 batches of maxOffsetsPerTrigger=100
 
 
 def load_events_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kafka_events", EXAMPLES / "kafka_events.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kafka_events"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_example("kafka_events")
 
 
 def topics(broker: Any) -> tuple[str, str]:
@@ -38,10 +34,11 @@ def topics(broker: Any) -> tuple[str, str]:
     return broker.create_topic(f"events-{suffix}"), broker.create_topic(f"windows-{suffix}", partitions=2)
 
 
-def kafka_job(broker: Any, source: str, target: str, path: Path, **sink: Any) -> Path:
+def kafka_job(broker: Any, source: str, target: str, path: Path, source_options: dict[str, str] | None = None, **sink: Any) -> Path:
     """kafka_windows.yaml pointed at the test's broker and topics, written to `path`."""
     job = yaml.safe_load((EXAMPLES / "kafka_windows.yaml").read_text())
-    job["pipeline"]["sources"][0]["options"].update({"kafka.bootstrap.servers": broker.bootstrap, "subscribe": source})
+    options = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": source, **(source_options or {})}
+    job["pipeline"]["sources"][0]["options"].update(options)
     job["pipeline"]["sink"]["kafka"].update({"bootstrapServers": broker.bootstrap, "topic": target, **sink})
     path.write_text(json.dumps(job))
     return path
@@ -63,3 +60,14 @@ def committed_windows(bootstrap: str, topic: str, expect: int | None = None) -> 
         assert message.key().decode() == record["user"], (message.key(), record)
         rows[_row(record)] += 1
     return rows
+
+
+def start_run(processes: list[RuntimeProcess], tmp_path: Path, job: Path, checkpoint: Path, *, name: str, label: str,
+              point: PausePoint | None = None, trigger: str = "available-now", extra: tuple[str, ...] = ()) -> RuntimeProcess:
+    """A runtime process of `job` on `checkpoint` (logs under tmp_path/runs), paused at `point`
+    (pause files under tmp_path/pauses) when given; registered in `processes` for teardown."""
+    env = runtime_env(pause_env([point], tmp_path / "pauses")) if point else runtime_env()
+    args = run_args(job, checkpoint.as_uri(), name=name, trigger=trigger, extra=extra)
+    proc = RuntimeProcess(tmp_path / "runs", args, env=env, label=label)
+    processes.append(proc.start())
+    return proc

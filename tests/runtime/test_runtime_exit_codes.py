@@ -114,8 +114,10 @@ def test_spark_side_failures_exit_with_their_codes(processes: list[RuntimeProces
         "throws": {"sources": [source], "sink": sink, "transforms": [{"name": "checked", "sql":
             "SELECT user, ts, CASE WHEN amount > 50 THEN raise_error(concat('amount too large: ', amount)) "
             "ELSE amount END AS amount FROM events"}]},
-        "kafka": {"sources": [{"name": "clicks", "kind": "kafka", "options": {"subscribe": "clicks",
-                                                                              "kafka.bootstrap.servers": "127.0.0.1:9"}}],
+        "kafka": {"sources": [{"name": "clicks", "kind": "kafka", "options": {
+            "subscribe": "clicks", "kafka.bootstrap.servers": "127.0.0.1:9",
+            # the admin client's deadline, and its retries, bound how long an unreachable broker takes to fail
+            "kafka.default.api.timeout.ms": "5000", "fetchOffset.numRetries": "1"}}],
                   "sink": {"kind": "console"}},
         "badsql": {"sources": [source], "sink": sink, "transforms": [{"name": "t", "sql": "SELECT no_such_column FROM events"}]},
     }
@@ -133,9 +135,11 @@ def test_spark_side_failures_exit_with_their_codes(processes: list[RuntimeProces
     ended = throws.termination()
     assert ended["outcome"] == "failed" and "amount too large: 99" in ended["message"]
 
+    # the connector is on the classpath (testbed/build/kafka-jars.txt): a broker nobody listens on
+    # fails the query, and the message names the source, its brokers and its topic
     kafka = started["kafka"]
-    assert kafka.wait(400) == ExitCode.INVALID_JOB, kafka.log_tail()
-    assert "job.pipeline.sources[0].kind: kafka source 'clicks' needs the Kafka connector" in kafka.log_text()
+    assert kafka.wait(400) == ExitCode.FAILED, kafka.log_tail()
+    assert "kafka source 'clicks': brokers 127.0.0.1:9 topic clicks" in kafka.termination()["message"], kafka.log_tail()
 
     badsql = started["badsql"]
     assert badsql.wait(400) == ExitCode.INVALID_JOB, badsql.log_tail()

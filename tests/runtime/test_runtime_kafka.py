@@ -1,5 +1,6 @@
 """Kafka end to end through the runtime: a Kafka source and the exactly-once Kafka sink, through
-SIGKILLs at both instants of the sink's two-phase commit and through stop-with-savepoint + restore.
+SIGKILLs at both instants of the sink's two-phase commit, a savepoint carrying a batch published to
+Kafka but not committed to Spark, and stop-with-savepoint + restore.
 
 The job is examples/jobs/kafka_windows.yaml (Kafka -> 10-second windows -> Kafka). Its input is
 strictly time-ordered, so the closed windows do not depend on how Spark cut the batches and the
@@ -12,16 +13,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from pause_points import PausePoint, pause_env
-from runtime_harness import RuntimeProcess, run_args, runtime_env
-from runtime_kafka import EVENTS, committed_windows, kafka_job, load_events_module, reference_windows, topics
+import pyspark
+from pause_points import PausePoint
+from runtime_harness import RuntimeProcess, run_args
+from runtime_kafka import EVENTS, committed_windows, kafka_job, load_events_module, reference_windows, start_run, topics
 
 from job_runtime.exitcodes import ExitCode
+from job_runtime.savepoint import write_savepoint
 
 AFTER_COMMIT = PausePoint("kafka-after-commit:2", "batch 1 committed to Kafka, not to Spark's commit log")
-BEFORE_COMMIT = PausePoint("kafka-before-commit:2", "the second transaction of the run sent, not committed")
+RERUN_THEN_AFTER_COMMIT = PausePoint("kafka-after-commit:1", "batch 1 skipped, batch 2 committed to Kafka, not to Spark")
+BEFORE_COMMIT = PausePoint("kafka-before-commit:1", "the first transaction of the run sent, not committed")
 
 
 def test_sigkill_around_the_kafka_commit_publishes_each_window_once(kafka_broker, processes, tmp_path: Path) -> None:
@@ -31,40 +33,49 @@ def test_sigkill_around_the_kafka_commit_publishes_each_window_once(kafka_broker
     gen.produce(kafka_broker.bootstrap, source, events)
     expected = reference_windows(events)
     job = kafka_job(kafka_broker, source, target, tmp_path / "job.json")
-    ckpt, pauses = tmp_path / "ckpt", tmp_path / "pauses"
-    args = run_args(job, ckpt.as_uri(), name="kafka-kills")
+    ckpt, ckpt2, pauses = tmp_path / "ckpt", tmp_path / "ckpt2", tmp_path / "pauses"
+    savepoint = tmp_path / "savepoint"
 
-    def run(point: PausePoint | None, label: str) -> RuntimeProcess:
-        env = runtime_env(pause_env([point], pauses)) if point else runtime_env()
-        proc = RuntimeProcess(tmp_path / "runs", args, env=env, label=label)
-        processes.append(proc.start())
-        return proc
+    def run(point: PausePoint | None, label: str, checkpoint: Path = ckpt, extra: tuple[str, ...] = ()) -> RuntimeProcess:
+        return start_run(processes, tmp_path, job, checkpoint, name="kafka-kills", label=label, point=point, extra=extra)
+
+    def published_once() -> None:
+        seen = committed_windows(kafka_broker.bootstrap, target)
+        assert seen and max(seen.values()) == 1 and not seen - expected, seen
 
     # 1. killed after batch 1's transaction committed, before Spark's commit log entry
     first = run(AFTER_COMMIT, "after-commit")
     first.wait_paused(pauses)
     first.kill()
     assert (ckpt / "offsets" / "1").exists() and not (ckpt / "commits" / "1").exists()
-    seen = committed_windows(kafka_broker.bootstrap, target)
-    assert seen and max(seen.values()) == 1 and not seen - expected, seen
+    published_once()
 
-    # 2. the restart re-runs batch 1, recognises it as published, then is killed mid-transaction
-    second = run(BEFORE_COMMIT, "before-commit")
+    # 2. the restart re-runs batch 1 and recognises it as published; killed after batch 2's Kafka commit
+    second = run(RERUN_THEN_AFTER_COMMIT, "rerun")
     second.wait_paused(pauses)
     second.kill()
     assert "skipped batch batchId=1 reason=already committed" in second.log_text(), second.log_tail()
-    visible = committed_windows(kafka_broker.bootstrap, target)
-    assert max(visible.values()) == 1 and not visible - expected, visible
+    assert (ckpt / "offsets" / "2").exists() and not (ckpt / "commits" / "2").exists()
+    published_once()
 
-    # 3. the last run aborts the open transaction (fencing) and finishes the stream
-    third = run(None, "finish")
-    assert third.wait(400) == 0, third.log_tail()
+    # 3. a savepoint of that checkpoint carries batch 2, planned and published, not committed: the job
+    # restored from it into a new checkpoint must recognise batch 2 too (the marker is per job, and
+    # names the batch by its input), then is killed mid-transaction
+    write_savepoint(ckpt.as_uri(), savepoint.as_uri(), job_name="kafka-kills", job_namespace="tests",
+                    job_hash="", spark_version=pyspark.__version__)
+    restore = ("--restore-from", savepoint.as_uri())
+    third = run(BEFORE_COMMIT, "restored", ckpt2, restore)
+    third.wait_paused(pauses)
+    third.kill()
+    assert "skipped batch batchId=2 reason=already committed" in third.log_text(), third.log_tail()
+    published_once()
+
+    # 4. the last run aborts the open transaction (fencing) and finishes the stream
+    last = run(None, "finish", ckpt2, restore)
+    assert last.wait(400) == 0, last.log_tail()
     assert committed_windows(kafka_broker.bootstrap, target, sum(expected.values())) == expected
 
 
-# Passed once, failed once (one window counted one event too many after the restore):
-# under investigation, so out of the default run until it is understood.
-@pytest.mark.slow
 def test_stop_with_savepoint_then_restore_resumes_the_kafka_offsets(kafka_broker, processes, tmp_path: Path) -> None:
     gen = load_events_module()
     source, target = topics(kafka_broker)

@@ -55,6 +55,27 @@ def test_credentials_only_travel_as_secret_references() -> None:
     assert "fs.s3a.secret.key" not in text
 
 
+def test_kafka_sasl_credentials_reach_the_driver_only_as_secret_key_references() -> None:
+    sasl = {"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "kafka-creds", "passwordKey": "pw"}}
+    spec = parse_spec({**SPEC.model_dump(mode="json", by_alias=True, exclude_none=True), "job": {
+        "entrypoint": "jobs.kafka:build",
+        "sources": [{"name": "events", "kind": "kafka", "sasl": sasl,
+                     "options": {"kafka.bootstrap.servers": "kafka:9093", "subscribe": "events"}}],
+        "sink": {"kind": "kafka", "kafka": {"bootstrapServers": "kafka:9093", "topic": "out", "sasl": sasl}},
+    }})
+    pod = resources.driver_pod(OWNER, spec, ACTION, RuntimeLayout())
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    for stem in ("STREAMJOB_KAFKA_SOURCE_EVENTS", "STREAMJOB_KAFKA_SINK"):
+        assert env[f"{stem}_USERNAME"] == {"name": f"{stem}_USERNAME",
+                                           "valueFrom": {"secretKeyRef": {"name": "kafka-creds", "key": "username"}}}
+        assert env[f"{stem}_PASSWORD"] == {"name": f"{stem}_PASSWORD",
+                                           "valueFrom": {"secretKeyRef": {"name": "kafka-creds", "key": "pw"}}}
+    assert not [e for e in env.values() if e["name"].startswith("STREAMJOB_KAFKA") and "value" in e]
+    # the driver reads no Secret itself: the kubelet resolves the references, the Role stays as it is
+    assert "secrets" not in resources.pretty(resources.driver_role(OWNER))
+    assert "jaas" not in resources.pretty(pod)
+
+
 def test_driver_role_is_namespaced_and_least_privilege() -> None:
     role = resources.driver_role(OWNER)
     assert role["kind"] == "Role" and role["metadata"]["namespace"] == "team-a"

@@ -1,0 +1,114 @@
+"""SASL credentials of the Kafka clients, from the driver's environment into client settings.
+
+The operator puts each Kafka client's user name and password into the driver's
+environment from the Secret the spec names (valueFrom.secretKeyRef, variables
+named by job_runtime.jobdef.sasl_env); this module turns them into the
+settings of the two kinds of client, in memory only:
+
+- librdkafka (confluent-kafka: the exactly-once sink's producer and marker
+  consumer, the preflight check): security.protocol, sasl.mechanism,
+  sasl.username, sasl.password;
+- Spark's Kafka connector (Kafka sources, the atLeastOnce sink): the
+  `kafka.`-prefixed options, the credentials in `kafka.sasl.jaas.config`.
+
+Nothing here logs a setting. `check` connects once before the query starts, so
+wrong credentials fail the run with a message naming the brokers, the user and
+the mechanism, never the password.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from job_runtime.jobdef import KafkaSasl, SaslMechanism, sasl_env
+
+CHECK_TIMEOUT = 30.0  # seconds for the preflight metadata request
+
+_LOGIN_MODULES = {
+    SaslMechanism.plain: "org.apache.kafka.common.security.plain.PlainLoginModule",
+    SaslMechanism.scram_sha_256: "org.apache.kafka.common.security.scram.ScramLoginModule",
+    SaslMechanism.scram_sha_512: "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+class KafkaAuthError(RuntimeError):
+    """The brokers refused the credentials, or the credentials are not in the environment."""
+
+
+def credentials(role: str, where: str, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(user name, password) of one client from the environment; `where` is its field path for errors."""
+    env = os.environ if environ is None else environ
+    user_var, password_var = sasl_env(role)
+    missing = [v for v in (user_var, password_var) if not env.get(v)]
+    if missing:
+        raise KafkaAuthError(f"{where}.sasl: {' and '.join(missing)} not set (the operator sets them from sasl.secretRef)")
+    return env[user_var], env[password_var]
+
+
+def client_conf(sasl: KafkaSasl | None, role: str, where: str) -> dict[str, Any]:
+    """librdkafka settings for SASL (empty without `sasl`)."""
+    if sasl is None:
+        return {}
+    user, password = credentials(role, where)
+    return {
+        "security.protocol": sasl.security_protocol.value,
+        "sasl.mechanism": sasl.mechanism.value,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
+def _jaas_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def spark_options(sasl: KafkaSasl | None, role: str, where: str) -> dict[str, str]:
+    """Spark Kafka connector options for SASL (empty without `sasl`)."""
+    if sasl is None:
+        return {}
+    user, password = credentials(role, where)
+    jaas = f"{_LOGIN_MODULES[sasl.mechanism]} required username={_jaas_quote(user)} password={_jaas_quote(password)};"
+    return {
+        "kafka.security.protocol": sasl.security_protocol.value,
+        "kafka.sasl.mechanism": sasl.mechanism.value,
+        "kafka.sasl.jaas.config": jaas,
+    }
+
+
+def check(bootstrap: str, sasl: KafkaSasl | None, role: str, where: str, timeout: float = CHECK_TIMEOUT) -> None:
+    """Authenticates once to `bootstrap` (a metadata request); raises KafkaAuthError naming the brokers
+    when the credentials are refused. A broker that is down is not this check's business: the query's
+    own errors report it."""
+    if sasl is None:
+        return
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    refused: list[str] = []
+
+    def on_error(err: KafkaError) -> None:
+        if err.code() == KafkaError._AUTHENTICATION:
+            refused.append(err.str())
+
+    conf = {"bootstrap.servers": bootstrap, **client_conf(sasl, role, where), "error_cb": on_error, "log_level": 0}
+    admin = AdminClient(conf)
+    deadline = time.monotonic() + timeout
+    while not refused and time.monotonic() < deadline:
+        admin.poll(0.2)  # serves error_cb: librdkafka reports a refused login there
+        if refused:
+            break
+        try:
+            admin.list_topics(timeout=2)
+            return  # authenticated
+        except KafkaException:
+            continue
+    if refused:
+        user, password = credentials(role, where)
+        reason = refused[0].replace(password, "***")  # librdkafka does not echo it; stay sure
+        raise KafkaAuthError(
+            f"{where}.sasl: brokers {bootstrap} refused the credentials of user {user!r} "
+            f"(mechanism {sasl.mechanism.value}, {sasl.security_protocol.value}): {reason}"
+        )

@@ -1,0 +1,71 @@
+"""SASL through a real listener: the test bed broker's SASL_PLAINTEXT/PLAIN listener, a
+Kafka -> windows -> Kafka job whose source and exactly-once sink both authenticate with
+credentials from the environment (as the operator passes them from a Secret).
+
+The right password reads and writes every window once; a wrong one fails the run with a message
+naming the brokers and the user, and neither password is in any file the runs wrote (their logs,
+termination messages, checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from runtime_harness import RuntimeProcess, run_args, runtime_env
+from runtime_kafka import EVENTS, committed_windows, kafka_job, load_events_module, reference_windows, topics
+
+from job_runtime.exitcodes import ExitCode
+from job_runtime.jobdef import sasl_env
+
+SASL = {"mechanism": "PLAIN", "securityProtocol": "SASL_PLAINTEXT", "secretRef": {"name": "kafka-credentials"}}
+
+
+def sasl_job(broker: Any, source: str, target: str, path: Path) -> Path:
+    """kafka_windows.yaml with its source and sink on the broker's SASL listener."""
+    job = json.loads(kafka_job(broker, source, target, path).read_text())
+    job["pipeline"]["sources"][0]["options"]["kafka.bootstrap.servers"] = broker.sasl_bootstrap
+    job["pipeline"]["sources"][0]["sasl"] = SASL
+    job["pipeline"]["sink"]["kafka"].update({"bootstrapServers": broker.sasl_bootstrap, "sasl": SASL})
+    path.write_text(json.dumps(job))
+    return path
+
+
+def credentials_env(user: str, password: str) -> dict[str, str]:
+    env = {}
+    for role in ("source.events", "sink"):
+        user_var, password_var = sasl_env(role)
+        env.update({user_var: user, password_var: password})
+    return env
+
+
+def files_containing(root: Path, secret: str) -> list[str]:
+    return sorted(str(p) for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes())
+
+
+def test_a_job_authenticates_with_sasl_credentials_from_its_environment(kafka_broker, processes, tmp_path: Path) -> None:
+    (user, password), = kafka_broker.sasl_users.items()
+    gen = load_events_module()
+    source, target = topics(kafka_broker)
+    events = gen.generate(EVENTS)
+    gen.produce(kafka_broker.bootstrap, source, events)
+    job = sasl_job(kafka_broker, source, target, tmp_path / "job.json")
+
+    wrong_password = password[::-1] + "x"
+    refused = RuntimeProcess(tmp_path / "runs", run_args(job, (tmp_path / "ckpt-refused").as_uri(), name="kafka-sasl"),
+                             env=runtime_env(credentials_env(user, wrong_password)), label="refused")
+    processes.append(refused.start())
+    assert refused.wait(300) == ExitCode.FAILED, refused.log_tail()
+    message = refused.log_text()
+    assert f"brokers {kafka_broker.sasl_bootstrap} refused the credentials of user '{user}'" in message, refused.log_tail()
+
+    allowed = RuntimeProcess(tmp_path / "runs", run_args(job, (tmp_path / "ckpt").as_uri(), name="kafka-sasl"),
+                             env=runtime_env(credentials_env(user, password)), label="allowed")
+    processes.append(allowed.start())
+    assert allowed.wait(400) == 0, allowed.log_tail()
+    expected = reference_windows(events)
+    assert committed_windows(kafka_broker.bootstrap, target, sum(expected.values())) == expected
+
+    for secret in (password, wrong_password):
+        assert files_containing(tmp_path, secret) == [], f"a password was written to {files_containing(tmp_path, secret)}"
