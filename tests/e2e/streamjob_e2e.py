@@ -295,6 +295,22 @@ def drivers(kube_api: client.ApiClient, namespace: str) -> Iterator[DriverCounte
     assert counter.max_seen <= 1, f"two driver pods existed at once: {counter.history}"
 
 
+def assert_runs_in_image(core: client.CoreV1Api, namespace: str, pod: str, uid: int = 185, container: str | None = None) -> None:
+    """The pod's container process runs inside its image's root filesystem (testbed.kubelet.podinit), as the image's user.
+
+    uid 185 is images/runtime/Dockerfile's USER, 65532 images/operator/Dockerfile's; a container
+    mapped to the development virtualenv runs in the host's root instead.
+    """
+    obj = core.read_namespaced_pod(pod, namespace)
+    name = container or obj.spec.containers[0].name
+    status = next(s for s in obj.status.container_statuses or [] if s.name == name)
+    pid = int(status.container_id.removeprefix("process://"))
+    root = os.readlink(f"/proc/{pid}/root")
+    assert root != "/" and root.endswith("/layer/merged"), f"{namespace}/{pod} {name} runs in {root}, not in its image"
+    uids = next(line.split()[1:] for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Uid:"))
+    assert int(uids[0]) == uid, f"{namespace}/{pod} {name} runs as uid {uids[0]}, not {uid}"
+
+
 def kill_driver_process(testbed: TestBed, namespace: str, pod: str) -> None:
     """SIGKILL the driver's process group, as an OOM kill would (the pod then fails with 137)."""
     pid = int((testbed.pod_log_dir(namespace, pod) / "pid").read_text().strip())
