@@ -7,7 +7,9 @@
 #   - the GitOps consumers the tests use (gopher-lua health runner, kstatus),
 #   - the Maven jars Spark needs for s3a:// (hadoop-aws + AWS SDK bundle) and
 #     for Kafka (Spark's connector, testbed/build/kafka-jars.txt),
-#   - the Apache Kafka broker jars the test bed runs (kafka_2.13 + dependencies).
+#   - the Apache Kafka broker jars the test bed runs (kafka_2.13 + dependencies),
+#   - the runtime and operator images, built with buildah from images/*/Dockerfile
+#     (scripts/build-images.sh; rebuilt only when their inputs change).
 # Prints nothing but progress on stderr; writes the paths to .streamjob-env.
 # Used by the README's commands and by .ci/run.
 set -euo pipefail
@@ -31,6 +33,13 @@ command -v mvn >/dev/null || die "Maven is not installed (it fetches hadoop-aws 
 exec 9>"$CACHE_ROOT/.bootstrap.lock"
 flock 9
 
+# 0. the images' base (debootstrap: downloads and dpkg, ~2.5 min cold) starts
+#    now, in the background, beside the virtualenv; the images follow in step 3
+#    (build-images.sh takes a lock: that run waits for this one)
+setsid bash "$ROOT/scripts/build-images.sh" --base-only >/dev/null 2>"$CACHE_ROOT/build-images-base.log" &
+base_pid=$!
+trap 'kill -- "-$base_pid" 2>/dev/null || true' EXIT
+
 # 1. virtualenv, keyed by the Python version and the dependency lists (not by the
 #    rest of pyproject.toml: a new subpackage or tool setting needs no new venv)
 deps_key=$("$PY" - "$ROOT/pyproject.toml" <<'PYKEY'
@@ -53,18 +62,36 @@ else
   "$VENV/bin/pip" install -q --no-deps -e "$ROOT" >&2 || die "pip install -e failed"
 fi
 
-# 2. Go binaries
+# 2. jars for s3a:// and Kafka (the image build below reuses Maven's repository)
+JARS_DIR=$(bash "$ROOT/testbed/build/fetch-jars.sh" "$VENV")
+
+# 3. the container images (the test bed's kubelet runs them: docs/images.md),
+#    built in the background while the Go binaries build: the image build is
+#    mostly downloads, package unpacking and layer writes, the Go builds are
+#    compilation, so on a cold run the two overlap well even on 2 cores
+images_out="$CACHE_ROOT/build-images.out"
+setsid bash "$ROOT/scripts/build-images.sh" >"$images_out" 2>"$images_out.log" &
+images_pid=$!  # its own process group: stopped with it (buildah included) if bootstrap fails first
+trap 'kill -- "-$base_pid" "-$images_pid" 2>/dev/null || true' EXIT
+
+# 4. Go binaries
 BIN_DIR=$(bash "$ROOT/testbed/build/build-go-binaries.sh")
 PROMETHEUS_BIN_DIR=$(bash "$ROOT/testbed/build/build-prometheus.sh")
 
-# 2b. GitOps consumers (gopher-lua health runner, kstatus) for tests/gitops
+# 4b. GitOps consumers (gopher-lua health runner, kstatus) for tests/gitops
 GITOPS_BIN_DIR=$(bash "$ROOT/testbed/build/build-gitops-tools.sh")
 
-# 3. jars for s3a://
-JARS_DIR=$(bash "$ROOT/testbed/build/fetch-jars.sh" "$VENV")
-
-# 4. the Kafka broker (KRaft) the test bed runs
+# 5. the Kafka broker (KRaft) the test bed runs
 KAFKA_DIR=$(bash "$ROOT/testbed/build/fetch-kafka.sh")
+
+# 6. wait for the images
+if ! wait "$images_pid"; then
+  cat "$CACHE_ROOT/build-images-base.log" "$images_out.log" >&2
+  die "building the images failed (scripts/build-images.sh; output above)"
+fi
+trap - EXIT
+cat "$CACHE_ROOT/build-images-base.log" "$images_out.log" >&2
+IMAGES_DIR=$(cat "$images_out")
 
 cat > "$ROOT/.streamjob-env" <<ENV
 export STREAMJOB_CACHE="$CACHE_ROOT"
@@ -74,6 +101,7 @@ export STREAMJOB_PROMETHEUS_BIN_DIR="$PROMETHEUS_BIN_DIR"
 export STREAMJOB_JARS_DIR="$JARS_DIR"
 export STREAMJOB_KAFKA_DIR="$KAFKA_DIR"
 export STREAMJOB_GITOPS_BIN_DIR="$GITOPS_BIN_DIR"
+export STREAMJOB_IMAGES_DIR="$IMAGES_DIR"
 export PATH="$BIN_DIR:$GITOPS_BIN_DIR:$PROMETHEUS_BIN_DIR:$VENV/bin:\$PATH"
 ENV
 say "ready: source .streamjob-env to use the tools"

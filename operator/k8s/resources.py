@@ -325,6 +325,9 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
                     "volumeMounts": [
                         {"name": "streamjob-job", "mountPath": JOB_MOUNT, "readOnly": True},
                         {"name": "streamjob-token", "mountPath": TOKEN_MOUNT, "readOnly": True},
+                        # the only place the runtime image writes (java.io.tmpdir, spark.local.dir):
+                        # the image works with a read-only root filesystem (docs/images.md)
+                        {"name": "streamjob-tmp", "mountPath": "/tmp"},
                     ],
                     "terminationMessagePath": "/dev/termination-log",
                     "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -333,6 +336,7 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
             "volumes": [
                 {"name": "streamjob-job", "configMap": {"name": names.job_config_map(owner.name, action.epoch)}},
                 {"name": "streamjob-token", "secret": {"secretName": names.token_secret(owner.name), "defaultMode": 0o444}},
+                {"name": "streamjob-tmp", "emptyDir": {}},
             ],
         },
     }

@@ -4,7 +4,7 @@ Called by ``testbed.kubelet.worker`` to turn a container's image, command and
 args into an argv and the image's default environment, with Docker's rules
 (``command`` replaces the entrypoint, ``args`` replace the default command).
 
-- ``*/streamjob-runtime:*`` is our runtime image, laid out like Apache Spark's
+- ``*/streamjob-runtime:*`` (and ``*/streamjob-operator:*``) is our runtime image, laid out like Apache Spark's
   official image: ``/opt/spark/...`` is this environment's pyspark (SPARK_HOME),
   ``python``/``streamjob-runtime`` come from this virtualenv, the s3a jars from
   ``STREAMJOB_JARS_DIR`` are on Spark's classpath (SPARK_DIST_CLASSPATH), and
@@ -13,6 +13,11 @@ args into an argv and the image's default environment, with Docker's rules
   runs spark-submit in client mode, anything else passes through).
 - ``busybox``, ``alpine``, ``debian``, ``ubuntu``: the host's ``/bin/sh`` tools.
 - ``python:*``: this virtualenv's Python.
+
+An image built here by scripts/build-images.sh (``testbed.imagestore``) comes
+before the table: ``resolve`` returns it with its root filesystem, and the
+container runs inside it (``testbed.kubelet.podinit``) with the image's own
+entrypoint, environment, user and working directory.
 """
 
 from __future__ import annotations
@@ -22,11 +27,16 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from testbed import imagestore
 
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RUNTIME_REPOSITORY_SUFFIX = "streamjob-runtime"
+OPERATOR_REPOSITORY_SUFFIX = "streamjob-operator"  # when not built here: the same virtualenv
 SPARK_IMAGE_HOME = "/opt/spark"
-# Where the Dockerfile puts the StreamJob runtime's files in the image.
+# Where images/runtime/Dockerfile puts the StreamJob runtime's files in the image.
 STREAMJOB_IMAGE_HOME = "/opt/streamjob"
 
 
@@ -51,10 +61,17 @@ class Image:
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ()
     spark: Environment | None = None
+    root: Path | None = None  # an image built here: its unpacked root filesystem
+    user: str = ""
+    working_dir: str = ""
+    image_id: str = ""
 
     def container_env(self, pod_env: Mapping[str, str], pod_ip: str | None = None) -> dict[str, str]:
         """The image's ENV overridden by the container's env, as a container runtime merges them."""
         env = {**self.env, **pod_env}
+        if self.root is not None and "SPARK_HOME" in self.env and pod_ip:
+            # as below: the host name is the machine's, not the pod's
+            env.setdefault("SPARK_LOCAL_IP", pod_ip)
         if self.spark is not None:
             if "SPARK_HOME" in env:
                 env["SPARK_HOME"] = map_spark_path(env["SPARK_HOME"], self.spark)
@@ -94,7 +111,7 @@ def map_spark_path(path: str, spark: Environment) -> str:
 def map_streamjob_path(arg: str) -> str:
     """/opt/streamjob/X (also as local:///opt/streamjob/X) → the installed job_runtime's X.
 
-    The Dockerfile links /opt/streamjob/driver.py to the installed package's
+    images/runtime/Dockerfile links /opt/streamjob/driver.py to the installed package's
     driver.py; here the installed package is this venv's.
     """
     prefix = ""
@@ -180,7 +197,7 @@ def lookup(image: str, environment: Environment) -> Image:
     repo = repository(image)
     short = repo.rsplit("/", 1)[-1]
     venv_path = f"{environment.venv_bin}:{HOST_PATH}"
-    if repo.endswith(RUNTIME_REPOSITORY_SUFFIX):
+    if repo.endswith(RUNTIME_REPOSITORY_SUFFIX) or repo.endswith(OPERATOR_REPOSITORY_SUFFIX):
         env = {
             "PATH": venv_path,
             "SPARK_HOME": str(environment.spark_home),
@@ -203,6 +220,22 @@ def lookup(image: str, environment: Environment) -> Image:
     )
 
 
+def resolve(image: str, environment: Environment) -> Image:
+    """An image built here (run inside its root filesystem), else the table's entry."""
+    from testbed import imagestore
+
+    stored = imagestore.inspect(image)
+    return lookup(image, environment) if stored is None else built(stored)
+
+
+def built(stored: imagestore.StoredImage) -> Image:
+    from testbed import imagestore
+
+    return Image(stored.name, env=stored.env, entrypoint=stored.entrypoint, cmd=stored.cmd,
+                 root=imagestore.rootfs(stored), user=stored.user, working_dir=stored.working_dir,
+                 image_id=stored.image_id)
+
+
 def default_environment(jars_dir: Path | None) -> Environment:
     from testbed import locate
 
@@ -210,6 +243,6 @@ def default_environment(jars_dir: Path | None) -> Environment:
     return Environment(
         venv_bin=locate.venv_bin(),
         spark_home=locate.spark_home(),
-        jars_dir=jars_dir,
+        jars_dir=jars_dir.resolve() if jars_dir else None,  # a link under /tmp would hide under a /tmp volume
         java_home=Path(java_home) if java_home else None,
     )

@@ -137,7 +137,7 @@ class VolumeBuilder:
             target = root / name
             target.mkdir(parents=True)
             if "emptyDir" in volume:
-                pass
+                target.chmod(0o777)  # as the kubelet makes it: writable by the container's user
             elif "configMap" in volume:
                 src = volume["configMap"]
                 self._config_map(pod, src, target, int(src.get("defaultMode", 0o644)))

@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from testbed.kubelet import env as envmod
-from testbed.kubelet import images
+from testbed.kubelet import imagerun, images
 from testbed.kubelet.api import ApiException, KubeletApi, Obj
 from testbed.kubelet.ipam import AddressPool
 from testbed.kubelet.volumes import Mount, VolumeBuilder, container_mounts
 
 log = logging.getLogger(__name__)
 
-PODINIT = str(Path(__file__).with_name("podinit.py"))
+PODINIT = imagerun.PODINIT
 
 
 def image_paths(pod_dir: Path) -> list[str]:
@@ -275,14 +275,14 @@ class PodWorker(threading.Thread):
         if prepared is None:
             self._await_removal()
             return
-        argv, env, mounts, cwd = prepared
+        argv, env, mounts, cwd, in_image = prepared
 
         restarts = 0
         last: Obj | None = None
         policy = pod["spec"].get("restartPolicy") or "Always"
         log_path = self.log_dir / f"{container['name']}.log"
         while True:
-            process = self._start(argv, env, mounts, cwd, log_path)
+            process = self._start(argv, env, mounts, cwd, log_path, in_image)
             container_id = f"process://{process.pid}"
             started = now()
             ready = not container.get("readinessProbe")
@@ -318,13 +318,13 @@ class PodWorker(threading.Thread):
                 break
         self._await_removal()
 
-    def _prepare(self, container: Obj) -> tuple[list[str], dict[str, str], list[Mount], str] | None:
+    def _prepare(self, container: Obj) -> tuple[list[str], dict[str, str], list[Mount], str, Obj] | None:
         attempts = 0
         while not self._stopping():
             pod = {**self.pod, "status": {**(self.pod.get("status") or {}), **self._status_base}}
             namespace = pod["metadata"]["namespace"]
             try:
-                image = images.lookup(container.get("image", ""), self.ctx.image_env)
+                image = images.resolve(container.get("image", ""), self.ctx.image_env)
                 pod_env = envmod.container_env(
                     pod,
                     container,
@@ -337,15 +337,21 @@ class PodWorker(threading.Thread):
                 args = [envmod.expand(str(a), pod_env) for a in container.get("args") or []]
                 env = image.container_env(pod_env, self._status_base["podIP"])
                 env.setdefault("HOSTNAME", pod["spec"].get("hostname") or pod["metadata"]["name"])
-                env.setdefault("HOME", str(self.pod_dir / "home"))
+                in_image: Obj = {}
+                if image.root is not None:
+                    in_image = imagerun.run_spec(pod, container, image, self.pod_dir / "layer")
+                    env.setdefault("HOME", imagerun.home(image, in_image["user"][0]))
+                    cwd = container.get("workingDir") or image.working_dir or "/"
+                else:
+                    env.setdefault("HOME", str(self.pod_dir / "home"))
+                    cwd = container.get("workingDir") or str(self.pod_dir / "work-dir")
                 if env["HOME"].startswith(str(self.pod_dir)):
                     Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
                 argv = image.argv(command, args, env)
                 volume_paths = self.ctx.volumes.materialise(pod, self.pod_dir)
                 mounts = container_mounts(container, volume_paths, pod["metadata"]["name"])
                 mounts.append(self._termination_log_mount(container))
-                cwd = container.get("workingDir") or str(self.pod_dir / "work-dir")
-                return argv, env, mounts, cwd
+                return argv, env, mounts, cwd, in_image
             except images.ImageNotFound as exc:
                 reason = "ErrImagePull" if attempts % 2 == 0 else "ImagePullBackOff"
                 self._waiting(container, reason, str(exc))
@@ -369,6 +375,7 @@ class PodWorker(threading.Thread):
     def _termination_log_mount(self, container: Obj) -> Mount:
         source = self.pod_dir / "termination-log"
         source.write_bytes(b"")
+        source.chmod(0o666)  # the container's user may be anyone
         return Mount(str(source), str(container.get("terminationMessagePath") or "/dev/termination-log"), False)
 
     def _termination_message(self, container: Obj, code: int) -> str:
@@ -383,9 +390,16 @@ class PodWorker(threading.Thread):
             return log_tail(self.log_dir / f"{container['name']}.log")
         return ""
 
-    def _start(self, argv: list[str], env: dict[str, str], mounts: list[Mount], cwd: str, log_path: Path) -> subprocess.Popen[bytes]:
+    def _start(self, argv: list[str], env: dict[str, str], mounts: list[Mount], cwd: str, log_path: Path,
+               in_image: Obj) -> subprocess.Popen[bytes]:
         spec_path = self.pod_dir / "container.json"
-        spec = {"argv": argv, "env": env, "cwd": cwd, "mounts": [m.to_json() for m in mounts], "keep": image_paths(self.pod_dir)}
+        spec: Obj = {"argv": argv, "env": env, "cwd": cwd, "mounts": [m.to_json() for m in mounts]}
+        if in_image:
+            # each start of the container gets a fresh writable layer, as in a container runtime
+            shutil.rmtree(in_image["layer"], ignore_errors=True)
+            spec.update(in_image)
+        else:
+            spec["keep"] = image_paths(self.pod_dir)
         spec_path.write_text(json.dumps(spec))
         spec_path.chmod(0o600)
         with open(log_path, "ab") as out:

@@ -27,12 +27,16 @@ from kubernetes.client.rest import ApiException
 
 import job_runtime
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL
-from testbed import TestBed
+from testbed import TestBed, imagestore
 from testbed.proc import ManagedProcess
 from testbed.waiting import wait_for
 
 REPO = Path(job_runtime.__file__).resolve().parents[1]
-IMAGE = "ghcr.io/streamjob/streamjob-runtime:0.1.0"
+# The runtime image scripts/build-images.sh built (the kubelet runs pods inside it)...
+IMAGE = imagestore.runtime_image()
+# ...and a name no image was built under: the kubelet maps it to the development
+# virtualenv (testbed.kubelet.images), for tests that need the host's files or speed.
+DEV_IMAGE = "localhost/streamjob-dev/streamjob-runtime:0.1.0"
 START_TIMEOUT = 420.0  # a Spark driver start on a loaded 2-core machine
 
 
@@ -110,6 +114,14 @@ def operator(testbed: TestBed, crd: None, request: pytest.FixtureRequest, tmp_pa
         print(f"--- operator log {op.log_path} (tail) ---\n{op.log()[-6000:]}")
 
 
+@pytest.fixture(scope="session")
+def built_images() -> str:
+    """The built runtime image, also under the tag an upgrade moves to (as a user pushes a release)."""
+    assert imagestore.inspect(IMAGE) is not None, f"{IMAGE} was not built: bash scripts/build-images.sh"
+    imagestore.tag(IMAGE, IMAGE.replace("0.1.0", "0.1.1"))  # moves the tag to this build
+    return IMAGE
+
+
 @pytest.fixture
 def s3_secret(core_v1: client.CoreV1Api, namespace: str, testbed: TestBed) -> str:
     assert testbed.s3 is not None
@@ -128,7 +140,7 @@ def rate_job(name: str, testbed: TestBed, *, prefix: str, storage: str = "s3", *
     else:
         checkpoint, output = f"file://{prefix}/checkpoint", f"file://{prefix}/output"
     body: dict[str, Any] = {
-        "image": IMAGE,
+        "image": DEV_IMAGE,
         "statePartitions": 2,
         "checkpoint": {"location": checkpoint, "triggerInterval": "2 seconds"},
         "savepoint": {"location": f"s3://streamjob/{prefix.strip('/').replace('/', '-')}-savepoints", "timeoutSeconds": 120},
@@ -281,6 +293,22 @@ def drivers(kube_api: client.ApiClient, namespace: str) -> Iterator[DriverCounte
     with DriverCounter(kube_api, namespace) as counter:
         yield counter
     assert counter.max_seen <= 1, f"two driver pods existed at once: {counter.history}"
+
+
+def assert_runs_in_image(core: client.CoreV1Api, namespace: str, pod: str, uid: int = 185, container: str | None = None) -> None:
+    """The pod's container process runs inside its image's root filesystem (testbed.kubelet.podinit), as the image's user.
+
+    uid 185 is images/runtime/Dockerfile's USER, 65532 images/operator/Dockerfile's; a container
+    mapped to the development virtualenv runs in the host's root instead.
+    """
+    obj = core.read_namespaced_pod(pod, namespace)
+    name = container or obj.spec.containers[0].name
+    status = next(s for s in obj.status.container_statuses or [] if s.name == name)
+    pid = int(status.container_id.removeprefix("process://"))
+    root = os.readlink(f"/proc/{pid}/root")
+    assert root != "/" and root.endswith("/layer/merged"), f"{namespace}/{pod} {name} runs in {root}, not in its image"
+    uids = next(line.split()[1:] for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Uid:"))
+    assert int(uids[0]) == uid, f"{namespace}/{pod} {name} runs as uid {uids[0]}, not {uid}"
 
 
 def kill_driver_process(testbed: TestBed, namespace: str, pod: str) -> None:

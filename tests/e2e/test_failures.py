@@ -12,7 +12,7 @@ from testbed import TestBed
 from testbed.waiting import wait_for
 
 from streamjob_e2e import (
-    IMAGE,
+    DEV_IMAGE,
     DriverCounter,
     Jobs,
     Operator,
@@ -69,13 +69,14 @@ def test_an_upgrade_that_crashes_on_start_is_rolled_back_and_a_crashing_job_fail
 def test_a_savepoint_failing_while_s3_is_down_keeps_the_old_job_and_the_upgrade_completes_when_s3_is_back(
     testbed: TestBed, operator: Operator, jobs: Jobs, drivers: DriverCounter, s3_secret: str, tmp_path: Path,
 ) -> None:
-    local = str(tmp_path / "job")
+    # not under /tmp: the driver pod mounts an emptyDir there; the kubelet's own dir stays visible
+    local = str(testbed.kubelet_dir / "files" / tmp_path.name / "job")
     jobs.apply(rate_job("sp", testbed, prefix=local, storage="file", savepoint={"timeoutSeconds": 60}))
     jobs.wait_ready("sp")
     switch = S3Switch(testbed)
     switch.stop()
     try:
-        jobs.patch("sp", {"image": IMAGE.replace("0.1.0", "0.2.0")})
+        jobs.patch("sp", {"image": DEV_IMAGE.replace("0.1.0", "0.2.0")})
         blocked = jobs.wait("sp", "the upgrade to be blocked by the failed savepoint",
                             lambda st: (st.get("blockedChange") or {}).get("reason") == "SavepointFailed", timeout=180)
         assert blocked["driverPod"] == "sp-driver-1" and blocked["state"] == "Running"
@@ -91,7 +92,7 @@ def test_a_savepoint_failing_while_s3_is_down_keeps_the_old_job_and_the_upgrade_
         switch.start()
     jobs.patch("sp", {"savepointNonce": 1})  # the documented retry
     done = jobs.wait_ready("sp", driverPod="sp-driver-2")
-    assert '"image":"ghcr.io/streamjob/streamjob-runtime:0.2.0"' in done["lastStableSpec"]
+    assert '"image":"localhost/streamjob-dev/streamjob-runtime:0.2.0"' in done["lastStableSpec"]
     assert done.get("blockedChange") is None and done["restoredFrom"] == done["lastSavepoint"]["path"]
     jobs.wait("sp", "progress after the upgrade", lambda st: st["lastCheckpoint"]["batchId"] > done["lastSavepoint"]["batchId"] + 1)
     jobs.patch("sp", {"state": "suspended"})

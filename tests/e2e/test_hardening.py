@@ -26,7 +26,7 @@ from testbed import TestBed
 from testbed.waiting import wait_for
 
 from streamjob_e2e import (
-    IMAGE,
+    DEV_IMAGE,
     DriverCounter,
     Jobs,
     Operator,
@@ -230,7 +230,7 @@ def test_an_image_typo_in_an_upgrade_is_rolled_back_from_its_savepoint_then_a_re
     assert pulled and "typo-driver-2" in pulled[0] and UNKNOWN_IMAGE in pulled[0], jobs.events("typo")
 
     rolled = jobs.wait_ready("typo", driverPod="typo-driver-3", timeout=420)
-    assert rolled["lastStableSpec"] == stable["lastStableSpec"] and stable_image(rolled) == IMAGE
+    assert rolled["lastStableSpec"] == stable["lastStableSpec"] and stable_image(rolled) == DEV_IMAGE
     assert rolled["lastSavepoint"]["trigger"] == "upgrade" and rolled["restoredFrom"] == rolled["lastSavepoint"]["path"]
     assert savepoint_manifest(s3, rolled["restoredFrom"]) is not None
     assert rolled["blockedChange"]["reason"] == "RolledBack"

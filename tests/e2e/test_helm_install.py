@@ -1,10 +1,12 @@
 """The Helm chart installs an operator that runs a job under least privilege.
 
-The operator runs as a pod of the chart's Deployment, in a namespace that
-enforces the `restricted` Pod Security Standard, under the chart's
+The operator runs as a pod of the chart's Deployment (the built operator image,
+the chart's default), in a namespace that enforces the `restricted` Pod Security
+Standard, under the chart's
 namespaced RBAC (a Role in the watched namespace only); the job's driver runs
 under the chart's `streamjob-driver` ServiceAccount and starts a real executor
-pod through the API server. With RBAC on, this proves the grants are enough.
+pod through the API server, both from the built runtime image. With RBAC on, this
+proves the grants are enough.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import uuid
 from pathlib import Path
 
 from kubernetes import client
-from streamjob_e2e import REPO, Jobs, rate_job
+from streamjob_e2e import IMAGE, REPO, Jobs, assert_runs_in_image, rate_job
 
-from testbed import TestBed, locate
+from testbed import TestBed, imagestore, locate
 from testbed.waiting import wait_for
 
 
@@ -30,7 +32,7 @@ def helm(testbed: TestBed, *args: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
-def test_the_chart_runs_a_job_with_executors_under_least_privilege(testbed, crd, kube_api, namespace, s3_secret, s3):
+def test_the_chart_runs_a_job_with_executors_under_least_privilege(testbed, crd, kube_api, namespace, s3_secret, s3, built_images):
     release_ns = f"streamjob-system-{uuid.uuid4().hex[:5]}"
     core = client.CoreV1Api(kube_api)
     # the operator's own pod passes the restricted Pod Security Standard (the API server's admission refuses it otherwise)
@@ -41,6 +43,8 @@ def test_the_chart_runs_a_job_with_executors_under_least_privilege(testbed, crd,
     try:
         operator_pods = core.list_namespaced_pod(release_ns, label_selector="app.kubernetes.io/name=streamjob-operator").items
         assert [p.status.phase for p in operator_pods] == ["Running"]
+        assert operator_pods[0].spec.containers[0].image == imagestore.operator_image()
+        assert_runs_in_image(core, release_ns, operator_pods[0].metadata.name, uid=65532)
         # namespaced install: nothing cluster-wide beyond read access to CRDs and namespaces
         rbac = client.RbacAuthorizationV1Api(kube_api)
         roles = rbac.list_namespaced_role(namespace, label_selector="app.kubernetes.io/instance=streamjob").items
@@ -50,7 +54,7 @@ def test_the_chart_runs_a_job_with_executors_under_least_privilege(testbed, crd,
 
         jobs = Jobs(kube_api, namespace)
         prefix = f"helm-{uuid.uuid4().hex[:6]}"
-        jobs.apply(rate_job("helm-job", testbed, prefix=prefix, serviceAccountName="streamjob-driver",
+        jobs.apply(rate_job("helm-job", testbed, prefix=prefix, serviceAccountName="streamjob-driver", image=IMAGE,
                             executor={"instances": 1, "memory": "512m"}))
         status = jobs.wait("helm-job", "ready with a completed batch",
                            lambda st: st.get("ready") is True and (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 1)
@@ -65,6 +69,8 @@ def test_the_chart_runs_a_job_with_executors_under_least_privilege(testbed, crd,
         # Spark asked the API server for an executor, owned by the driver pod, and it ran
         running = wait_for(lambda: [p for p in executors() if p.status.phase == "Running"], 120, "a running executor pod")
         assert running[0].spec.containers[0].image == driver.spec.containers[0].image
+        assert_runs_in_image(core, namespace, driver.metadata.name)
+        assert_runs_in_image(core, namespace, running[0].metadata.name)
         assert ("DriverCreated" in jobs.reasons("helm-job")), jobs.events("helm-job")
 
         jobs.delete("helm-job")

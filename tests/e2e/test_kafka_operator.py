@@ -24,7 +24,7 @@ from kubernetes import client
 from testbed import TestBed
 from testbed.waiting import wait_for
 
-from streamjob_e2e import IMAGE, DriverCounter, Jobs, Operator, rate_job
+from streamjob_e2e import DEV_IMAGE, DriverCounter, Jobs, Operator, rate_job
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 from runtime_kafka import EVENTS, committed_windows, load_events_module, reference_windows, topics  # noqa: E402
@@ -127,7 +127,7 @@ def test_a_kafka_job_upgrades_and_repartitions_through_the_operator_exactly_once
 
     # upgrade while input flows: a spec change -> stop with savepoint -> a new driver restores it (offsets included)
     job.produce(2 * EVENTS // 3)
-    jobs.patch("kafka", {"image": IMAGE.replace("0.1.0", "0.1.1")})
+    jobs.patch("kafka", {"image": DEV_IMAGE.replace("0.1.0", "0.1.1")})
     upgraded = jobs.wait_ready("kafka", driverPod="kafka-driver-2")
     assert upgraded["lastSavepoint"]["trigger"] == "upgrade" and upgraded["restoredFrom"] == upgraded["lastSavepoint"]["path"]
     job.wait_all_windows()

@@ -22,6 +22,7 @@ from streamjob_e2e import (
     Jobs,
     Operator,
     assert_exactly_once,
+    assert_runs_in_image,
     kill_driver_process,
     output_values,
     rate_job,
@@ -31,14 +32,17 @@ from streamjob_e2e import (
 
 def test_a_job_runs_restarts_upgrades_suspends_resumes_and_is_deleted_with_a_savepoint(
     testbed: TestBed, operator: Operator, jobs: Jobs, drivers: DriverCounter, s3_secret: str, s3: Any,
-    namespace: str, core_v1: client.CoreV1Api,
+    namespace: str, core_v1: client.CoreV1Api, built_images: str,
 ) -> None:
     prefix = f"e2e/{namespace}/life"
-    jobs.apply(rate_job("life", testbed, prefix=prefix, deletion={"savepointOnDelete": True, "timeoutSeconds": 180}))
+    # the driver runs inside the built runtime image, then inside its 0.1.1 tag
+    jobs.apply(rate_job("life", testbed, prefix=prefix, image=IMAGE,
+                        deletion={"savepointOnDelete": True, "timeoutSeconds": 180}))
 
     # apply -> running: owned objects, Ready, progress in status
     first = jobs.wait_ready("life")
     assert first["driverPod"] == "life-driver-1"
+    assert_runs_in_image(core_v1, namespace, "life-driver-1")
     assert core_v1.read_namespaced_secret("life-token", namespace).metadata.owner_references[0].kind == "StreamJob"
     assert core_v1.read_namespaced_service("life-driver", namespace).spec.cluster_ip == "None"
     jobs.wait("life", "a completed checkpoint", lambda st: (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 2)
@@ -67,6 +71,7 @@ def test_a_job_runs_restarts_upgrades_suspends_resumes_and_is_deleted_with_a_sav
     assert upgraded["restoredFrom"] == upgraded["lastSavepoint"]["path"]
     assert upgraded["checkpointLocation"].endswith("/run-3")
     assert '"image":"ghcr.io/streamjob/streamjob-runtime:0.1.1"' in upgraded["lastStableSpec"]
+    assert_runs_in_image(core_v1, namespace, "life-driver-3")
     assert {"Upgrading", "SavepointCompleted", "DriverCreated", "UpgradeCompleted"} <= set(jobs.reasons("life"))
 
     # storage hygiene: once the upgraded driver has committed a batch of its own, it prunes the superseded run-1

@@ -23,7 +23,7 @@ from testbed import TestBed, locate
 from testbed.proc import free_port
 from testbed.waiting import wait_for
 
-from streamjob_e2e import IMAGE, Jobs, Operator, kill_driver_process, rate_job
+from streamjob_e2e import DEV_IMAGE, Jobs, Operator, kill_driver_process, rate_job
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "charts" / "streamjob" / "dashboards" / "streamjob.json"
@@ -124,7 +124,7 @@ def test_prometheus_scrapes_the_operator_through_a_lifecycle_and_every_dashboard
     # a manual savepoint, then an upgrade (its own savepoint)
     jobs.patch("watched", {"savepointNonce": 1})
     jobs.wait("watched", "a manual savepoint", lambda st: (st.get("lastSavepoint") or {}).get("trigger") == "manual")
-    jobs.patch("watched", {"image": IMAGE.replace("0.1.0", "0.1.1")})
+    jobs.patch("watched", {"image": DEV_IMAGE.replace("0.1.0", "0.1.1")})
     jobs.wait_ready("watched", driverPod="watched-driver-3")
     assert "UpgradeCompleted" in jobs.reasons("watched"), jobs.events("watched")
     jobs.wait("watched", "a batch after the upgrade", lambda st: st["lastCheckpoint"]["batchId"] > first_batch + 1)

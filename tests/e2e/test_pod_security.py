@@ -3,9 +3,10 @@
 The test bed's API server runs the real PodSecurity admission: a pod without
 the restricted settings is refused there (checked first, so the test cannot
 pass with the admission off). Then a job with one executor and a pod template
-(nodeSelector, toleration, sidecar, volume, label, annotation) is deployed,
-commits batches, is upgraded with a savepoint and deleted; the driver and the
-executor pods of both runs are admitted and carry the template.
+(nodeSelector, toleration, sidecar, volume, label, annotation) is deployed from
+the built runtime image, commits batches, is upgraded with a savepoint to the
+image's next tag and deleted; the driver and the executor pods of both runs are
+admitted, carry the template and run inside the image (as its non-root user).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from kubernetes.client.rest import ApiException
 from testbed import TestBed
 from testbed.waiting import wait_for
 
-from streamjob_e2e import IMAGE, DriverCounter, Jobs, Operator, rate_job
+from streamjob_e2e import IMAGE, DriverCounter, Jobs, Operator, assert_runs_in_image, rate_job
 
 TEMPLATE: dict[str, Any] = {
     "metadata": {"labels": {"team": "payments"}, "annotations": {"example.com/owner": "payments"}},
@@ -67,11 +68,11 @@ def assert_templated(pod: client.V1Pod, main: str) -> None:
 
 def test_a_restricted_namespace_runs_the_lifecycle_with_a_pod_template(
     testbed: TestBed, operator: Operator, jobs: Jobs, drivers: DriverCounter, s3_secret: str,
-    namespace: str, core_v1: client.CoreV1Api,
+    namespace: str, core_v1: client.CoreV1Api, built_images: str,
 ) -> None:
     restrict(core_v1, namespace)
     prefix = f"e2e/{namespace}/pss-{uuid.uuid4().hex[:4]}"
-    jobs.apply(rate_job("pss", testbed, prefix=prefix, podTemplate=TEMPLATE, executor={"instances": 1, "memory": "512m"}))
+    jobs.apply(rate_job("pss", testbed, prefix=prefix, image=IMAGE, podTemplate=TEMPLATE, executor={"instances": 1, "memory": "512m"}))
 
     def executors(driver: str) -> list[client.V1Pod]:
         pods = core_v1.list_namespaced_pod(namespace, label_selector="spark-role=executor").items
@@ -83,6 +84,8 @@ def test_a_restricted_namespace_runs_the_lifecycle_with_a_pod_template(
     executor = wait_for(lambda: [p for p in executors("pss-driver-1") if p.status.phase == "Running"], 120, "a running executor")[0]
     assert_templated(executor, "executor")
     assert executor.metadata.annotations["kubectl.kubernetes.io/default-container"] == "executor"
+    assert_runs_in_image(core_v1, namespace, "pss-driver-1", container="driver")
+    assert_runs_in_image(core_v1, namespace, executor.metadata.name, container="executor")
 
     # savepoint upgrade: the new driver and its executor are admitted too and resume from the savepoint
     jobs.patch("pss", {"image": IMAGE.replace("0.1.0", "0.1.1")})

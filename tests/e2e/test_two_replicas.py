@@ -35,7 +35,7 @@ from testbed.waiting import wait_for
 
 from test_chart_networkpolicy import render
 from ha_replicas import HealthWatch, Replica, Replicas
-from streamjob_e2e import IMAGE, DriverCounter, Jobs, assert_exactly_once, output_values, rate_job, savepoint_manifest
+from streamjob_e2e import DEV_IMAGE, DriverCounter, Jobs, assert_exactly_once, output_values, rate_job, savepoint_manifest
 
 WRITES = ("Created driver pod", "Deleted driver pod", "Triggered savepoint", "Recorded event", "Created token secret",
           "Pruned savepoint", "Cleared reconcile error")
@@ -106,13 +106,13 @@ def converge_through(faults: list[tuple[str, str]], testbed: TestBed, replicas: 
     jobs.apply(rate_job("ha", testbed, prefix=prefix))
     jobs.wait_ready("ha", driverPod="ha-driver-1")
     jobs.wait("ha", "a completed checkpoint", lambda st: (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 1)
-    driver, image, manual = 1, IMAGE, None
+    driver, image, manual = 1, DEV_IMAGE, None
     for n, (moment, fault) in enumerate(faults, start=1):
         if moment == "mid-savepoint":
             jobs.patch("ha", {"savepointNonce": n})
             jobs.wait("ha", "the manual savepoint requested", requested("savepoint"))
         elif moment == "mid-upgrade":
-            driver, image = driver + 1, IMAGE.replace("0.1.0", f"0.1.{n}")
+            driver, image = driver + 1, DEV_IMAGE.replace("0.1.0", f"0.1.{n}")
             jobs.patch("ha", {"image": image})
             jobs.wait("ha", "the upgrade's savepoint requested", requested("upgrade"))
         leader = fail_leader(replicas, health, leader, fault)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gitops_consumers import argo_health, kstatus, sanitized, write_yaml
-from streamjob_e2e import IMAGE, Jobs, Operator, rate_job
+from streamjob_e2e import DEV_IMAGE, Jobs, Operator, rate_job
 from testbed import TestBed
 
 UNKNOWN_IMAGE = "ghcr.io/streamjob/streamjob-runtme:0.1.1"  # a typo: not in the process kubelet's image table
@@ -74,7 +74,7 @@ def test_argo_health_and_kstatus_follow_a_job_through_its_lifecycle(
     capture("rolled-back")
 
     # the typo reverted and the job suspended in one edit: the spec is met again, suspended
-    jobs.patch("gitops", {"image": IMAGE, "rollback": {"readinessTimeoutSeconds": 300}, "state": "suspended"})
+    jobs.patch("gitops", {"image": DEV_IMAGE, "rollback": {"readinessTimeoutSeconds": 300}, "state": "suspended"})
     jobs.wait("gitops", "suspended", lambda st: st.get("state") == "Suspended" and st.get("operation") is None, timeout=180)
     capture("suspended")
 

@@ -90,8 +90,8 @@ def test_the_template_is_kept_and_the_operator_wins_where_it_must() -> None:
     assert env["TZ"] == {"name": "TZ", "value": "UTC"} and "fieldRef" in env["POD_IP"]["valueFrom"]  # ours win by name
     assert [p["name"] for p in main["ports"]] == ["control", "driver-rpc", "blockmanager", "metrics"]
     assert main["resources"]["requests"]["ephemeral-storage"] == "2Gi" and main["resources"]["requests"]["memory"] != "1Mi"
-    assert [m["name"] for m in main["volumeMounts"]] == ["streamjob-job", "streamjob-token", "scratch"]
-    assert [v["name"] for v in body["volumes"]] == ["streamjob-job", "streamjob-token", "scratch"]
+    assert [m["name"] for m in main["volumeMounts"]] == ["streamjob-job", "streamjob-token", "streamjob-tmp", "scratch"]
+    assert [v["name"] for v in body["volumes"]] == ["streamjob-job", "streamjob-token", "streamjob-tmp", "scratch"]
     assert sidecar["name"] == "log-shipper" and sidecar["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
