@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the runtime and operator images on this machine with buildah (no
 # container daemon, no registry), from the same Dockerfiles a user builds with
-# `docker build` (images/*/Dockerfile, byte for byte):
+# `docker build` (Dockerfile for the runtime, images/operator/Dockerfile, byte for byte):
 #   - the Dockerfiles' base (FROM docker.io/library/debian:12.11-slim) cannot be
 #     pulled here, so it is made from Debian's packages with debootstrap and
 #     given that exact name in the local image store; it trusts what this machine
@@ -126,9 +126,8 @@ step_times() {  # log: seconds each STEP took (to the next STEP or the end), slo
        / STEP [0-9]+\/[0-9]+: / { if (step != "") printf "%5ds %s\n", now - start, step; start = now; step = substr($0, 10, 110) }
        END { if (step != "") printf "%5ds %s\n", now - start, step }' "$1" | sort -rn
 }
-build() {  # name dockerfile
-  local name=$1 dockerfile=$2 hash stamp kind
-  kind=$(basename "$(dirname "$dockerfile")")
+build() {  # name dockerfile kind
+  local name=$1 dockerfile=$2 kind=$3 hash stamp
   hash=$(inputs_hash "$dockerfile")
   stamp="$IMAGES/$kind.hash"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$hash" ]] && exists "$name"; then
@@ -145,6 +144,6 @@ build() {  # name dockerfile
   say "built $name in $((SECONDS - started))s; slowest steps ($IMAGES/build-$kind.steps):"
   head -n 4 "$IMAGES/build-$kind.steps" | sed 's/^/  /' >&2
 }
-build "$OPERATOR_IMAGE" images/operator/Dockerfile
-build "$RUNTIME_IMAGE" images/runtime/Dockerfile
+build "$OPERATOR_IMAGE" images/operator/Dockerfile operator
+build "$RUNTIME_IMAGE" Dockerfile runtime
 echo "$IMAGES"

@@ -7,7 +7,7 @@
 #   - org.apache.spark:spark-hadoop-cloud_2.13 at the pyspark version, unless
 #     pyspark already ships it,
 #   - Spark's Kafka connector and its client, as listed in kafka-jars.txt
-#     (the one list of those coordinates; images/runtime/Dockerfile adds the same jars).
+#     (the one list of those coordinates; the top-level Dockerfile adds the same jars).
 # Usage: fetch-jars.sh VENV    (called by scripts/bootstrap.sh)
 # Prints the directory holding the jars on stdout; progress goes to stderr.
 # The directory is keyed by versions, so only the first run downloads.

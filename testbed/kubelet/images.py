@@ -36,7 +36,7 @@ HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RUNTIME_REPOSITORY_SUFFIX = "streamjob-runtime"
 OPERATOR_REPOSITORY_SUFFIX = "streamjob-operator"  # when not built here: the same virtualenv
 SPARK_IMAGE_HOME = "/opt/spark"
-# Where images/runtime/Dockerfile puts the StreamJob runtime's files in the image.
+# Where the top-level Dockerfile puts the StreamJob runtime's files in the image.
 STREAMJOB_IMAGE_HOME = "/opt/streamjob"
 
 
@@ -111,7 +111,7 @@ def map_spark_path(path: str, spark: Environment) -> str:
 def map_streamjob_path(arg: str) -> str:
     """/opt/streamjob/X (also as local:///opt/streamjob/X) → the installed job_runtime's X.
 
-    images/runtime/Dockerfile links /opt/streamjob/driver.py to the installed package's
+    the top-level Dockerfile links /opt/streamjob/driver.py to the installed package's
     driver.py; here the installed package is this venv's.
     """
     prefix = ""

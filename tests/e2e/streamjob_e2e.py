@@ -298,7 +298,7 @@ def drivers(kube_api: client.ApiClient, namespace: str) -> Iterator[DriverCounte
 def assert_runs_in_image(core: client.CoreV1Api, namespace: str, pod: str, uid: int = 185, container: str | None = None) -> None:
     """The pod's container process runs inside its image's root filesystem (testbed.kubelet.podinit), as the image's user.
 
-    uid 185 is images/runtime/Dockerfile's USER, 65532 images/operator/Dockerfile's; a container
+    uid 185 is the top-level Dockerfile's USER, 65532 images/operator/Dockerfile's; a container
     mapped to the development virtualenv runs in the host's root instead.
     """
     obj = core.read_namespaced_pod(pod, namespace)

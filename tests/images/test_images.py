@@ -1,4 +1,4 @@
-"""Smoke tests of the images scripts/build-images.sh builds from images/*/Dockerfile.
+"""Smoke tests of the images scripts/build-images.sh builds from Dockerfile and images/operator/Dockerfile.
 
 Each command runs inside the image as `docker run --read-only` would run it
 (testbed.kubelet.imagerun.run: the image's root, user and environment, the

@@ -20,7 +20,7 @@ def test_the_list_names_the_connector_and_its_client() -> None:
 
 
 def test_the_runtime_dockerfile_resolves_the_list_with_maven() -> None:
-    dockerfile = (REPO / "images" / "runtime" / "Dockerfile").read_text()
+    dockerfile = (REPO / "Dockerfile").read_text()
     assert "COPY images/runtime/pom.xml testbed/build/kafka-jars.txt /build/jars/" in dockerfile
     assert "<!-- kafka-jars.txt -->" in (REPO / "images" / "runtime" / "pom.xml").read_text()
     assert "ADD http" not in dockerfile

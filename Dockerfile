@@ -7,7 +7,7 @@
 #   executor  `executor` (Spark's Kubernetes executor pods)
 # Build from the repository root (BuildKit, the default of docker build since
 # Docker 23, or buildah: RUN --mount is used for caches and build tools):
-#   docker build -f images/runtime/Dockerfile -t ghcr.io/streamjob/streamjob-runtime:0.1.0 .
+#   docker build -t ghcr.io/streamjob/streamjob-runtime:0.1.0 .
 # Runs as uid/gid 185 with a read-only root filesystem; it writes only to /tmp
 # (java.io.tmpdir, spark.local.dir), which the operator mounts as an emptyDir.
 # Sizes, build times and versions: docs/images.md.
