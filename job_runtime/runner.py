@@ -39,6 +39,7 @@ from job_runtime.exitcodes import ExitCode
 from job_runtime.jobdef import JobDefinition, JobDefinitionError
 from job_runtime.pinning import StateIncompatibleError, check_state_partitions
 from job_runtime.query_errors import describe, interrupted_by_stop
+from job_runtime.offsets_watch import OffsetsWatch, kafka_offsets_deadline
 from job_runtime.s3 import LocationError, S3Config
 from job_runtime.runner_savepoints import Command, SavepointCommand, SavepointOps, SavepointRecord, StopCommand
 from job_runtime.settings import RuntimeSettings
@@ -83,6 +84,7 @@ class Runner(SavepointOps):
         self._query_starts = 0
         self._dropped_state = False
         self._janitor: janitor.Janitor | None = None
+        self._offsets_wait = OffsetsWatch(kafka_offsets_deadline(job))
         self.final_savepoint: SavepointRecord | None = None
 
     # ---- Controller: called from the control endpoint's threads ---------------------------
@@ -391,7 +393,11 @@ class Runner(SavepointOps):
         query = self._query
         assert query is not None
         if query.isActive:
-            return None
+            stalled = self._offsets_wait.stalled(query)
+            if stalled is None:
+                return None
+            error_text = self._stop_query() or stalled
+            return self._fail(ExitCode.FAILED, f"query failed: {error_text}{pipeline.kafka_context(self.job, error_text)}")
         error = query.exception()
         if error is not None:
             if nonrestored.is_operator_check(str(error)):
