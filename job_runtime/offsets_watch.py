@@ -1,10 +1,12 @@
 """A Kafka source that waits for offsets past its own deadline fails the query, as Spark should have.
 
-Seen on the test bed (tests/runtime/test_runtime_kafka_broker_down.py): when the broker
-stops while the query plans its next batch, Spark's Kafka source can stay in "Getting
-offsets from KafkaV2[...]" well past ``kafka.default.api.timeout.ms`` times its
-``fetchOffset.numRetries`` tries, instead of failing; the job then hangs and no restart
-policy ever acts. The Runner's main loop asks ``stalled()`` on every poll: once the
+Seen twice on the test bed under load (tests/runtime/test_runtime_kafka_broker_down.py, two
+concurrent CI runs): after the broker stopped mid-run, the query neither progressed nor
+failed for 400 s while Spark's Kafka admin client kept trying the broker. Where Spark does
+fail, it does so within ``kafka.default.api.timeout.ms`` times its ``fetchOffset.numRetries``
+tries. That the stuck thread was getting offsets is inferred from the admin client's
+retries, not proven by a thread dump; the job would otherwise hang and no restart policy
+would ever act. The Runner's main loop asks ``stalled()`` on every poll: once the
 query has been getting a Kafka source's offsets for longer than that source's own
 deadline plus a margin, it is stopped and the job fails with a message naming the
 source's brokers and topic (job_runtime.pipeline.kafka_context), so the operator
