@@ -167,11 +167,27 @@ class RuntimeProcess:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            stuck = self._stream_thread_stack()
             self.kill()
-            raise AssertionError(f"{self.label} did not exit within {timeout}s; log tail:\n{self.log_tail()}") from None
+            raise AssertionError(f"{self.label} did not exit within {timeout}s; the query's thread:\n{stuck}\n"
+                                 f"log tail:\n{self.log_tail()}") from None
         finally:
             self._log.close()
             self._remove_work_dirs()
+
+    def _stream_thread_stack(self) -> str:
+        """Where a hung run's streaming query thread is (jstack of its JVM, kept as <label>.jstack)."""
+        try:
+            java = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "jstack"
+            children = subprocess.run(["pgrep", "-g", str(self.pid), "java"], capture_output=True, text=True, timeout=10)
+            dumps = [subprocess.run([str(java), pid], capture_output=True, text=True, timeout=60).stdout
+                     for pid in children.stdout.split()]
+            text = "\n".join(dumps)
+            (self.workdir / f"{self.label}.jstack").write_text(text)
+            threads = [t for t in text.split("\n\n") if "stream execution thread" in t]
+            return "\n".join(threads)[:6000] or f"(no stream execution thread in {self.workdir / (self.label + '.jstack')})"
+        except Exception as err:  # a diagnosis only: the timeout is the failure
+            return f"(no thread dump: {err})"
 
     def kill(self) -> None:
         """SIGKILL the whole process group: Python driver and its JVM, like a pod kill."""
