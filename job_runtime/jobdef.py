@@ -388,11 +388,20 @@ def load_job_definition(path: str | Path) -> JobDefinition:
     return parse_job_definition(data, where=f"{p}: job")
 
 
+def declared_sources(job: JobDefinition) -> list[Source]:
+    """The job's sources: its pipeline's, or those an entrypoint job declares."""
+    return job.pipeline.sources if job.pipeline is not None else job.sources or []
+
+
+def declared_sink(job: JobDefinition) -> Sink | None:
+    """The job's sink: its pipeline's, or the one an entrypoint job declares (if any)."""
+    return job.pipeline.sink if job.pipeline is not None else job.sink
+
+
 def sasl_clients(job: JobDefinition) -> list[tuple[str, KafkaSasl]]:
     """Every Kafka client of `job` that authenticates with SASL, as (role for `sasl_env`, settings)."""
-    sources = job.pipeline.sources if job.pipeline is not None else job.sources or []
-    sink = job.pipeline.sink if job.pipeline is not None else job.sink
-    found = [(f"source.{s.name}", s.sasl) for s in sources if s.sasl is not None]
+    sink = declared_sink(job)
+    found = [(f"source.{s.name}", s.sasl) for s in declared_sources(job) if s.sasl is not None]
     if sink is not None and sink.kafka is not None and sink.kafka.sasl is not None:
         found.append(("sink", sink.kafka.sasl))
     return found

@@ -19,7 +19,7 @@ import logging
 import time
 from typing import Any
 
-from job_runtime.jobdef import JobDefinition
+from job_runtime.jobdef import JobDefinition, SourceKind, declared_sources
 
 log = logging.getLogger("job_runtime.runner")
 
@@ -34,10 +34,10 @@ def kafka_offsets_deadline(job: JobDefinition) -> float | None:
     """Seconds a Kafka source of this job may take to get offsets (its own timeouts and retries,
     plus MARGIN_SECONDS); None when the job reads no Kafka source."""
     deadlines = []
-    for source in (job.pipeline.sources if job.pipeline is not None else job.sources) or []:
-        if str(getattr(source.kind, "value", source.kind)) != "kafka":
+    for source in declared_sources(job):
+        if source.kind != SourceKind.kafka:
             continue
-        options = source.options or {}
+        options = source.options
         try:
             api_timeout = int(options.get("kafka.default.api.timeout.ms", DEFAULT_API_TIMEOUT_MS)) / 1000
             retries = int(options.get("fetchOffset.numRetries", DEFAULT_RETRIES))

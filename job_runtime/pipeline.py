@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from job_runtime.jobdef import (
     EventTime, FileFormat, JobDefinition, JobDefinitionError, Pipeline, Sink, SinkKind, Source, SourceKind, Transform,
+    declared_sink, declared_sources,
 )
 
 if TYPE_CHECKING:
@@ -137,10 +138,9 @@ class BatchDirectoryWriter:
 
 def kafka_endpoints(job: JobDefinition) -> list[str]:
     """The job's Kafka sources and sink, each with its brokers and topic, for error messages."""
-    sources = job.pipeline.sources if job.pipeline else job.sources or []
-    sink = job.pipeline.sink if job.pipeline else job.sink
+    sink = declared_sink(job)
     found = []
-    for source in sources:
+    for source in declared_sources(job):
         if source.kind == SourceKind.kafka:
             opts = source.options
             topic = opts.get("subscribe") or opts.get("subscribePattern") or opts.get("assign")

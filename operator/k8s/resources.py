@@ -256,6 +256,11 @@ def runtime_args(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout
     return args
 
 
+def secret_env(variable: str, secret: str, key: str) -> Manifest:
+    """An env variable the kubelet fills from a Secret's key (valueFrom.secretKeyRef)."""
+    return {"name": variable, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+
+
 def kafka_credentials_env(job: JobDefinition) -> list[Manifest]:
     """The SASL user name and password of each Kafka client of the job, as env variables the kubelet
     fills from the Secret (valueFrom.secretKeyRef): never the values themselves, and no Secret read
@@ -264,10 +269,7 @@ def kafka_credentials_env(job: JobDefinition) -> list[Manifest]:
     for role, sasl in sasl_clients(job):
         user_var, password_var = sasl_env(role)
         ref = sasl.secret_ref
-        env += [
-            {"name": user_var, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.username_key}}},
-            {"name": password_var, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.password_key}}},
-        ]
+        env += [secret_env(user_var, ref.name, ref.username_key), secret_env(password_var, ref.name, ref.password_key)]
     return env
 
 
@@ -289,10 +291,8 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
         env.append({"name": "AWS_REGION", "value": spec.s3.region})
         if spec.s3.credentials_secret is not None:
             ref = spec.s3.credentials_secret
-            env += [
-                {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.access_key_id_key}}},
-                {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.secret_access_key_key}}},
-            ]
+            env += [secret_env("AWS_ACCESS_KEY_ID", ref.name, ref.access_key_id_key),
+                    secret_env("AWS_SECRET_ACCESS_KEY", ref.name, ref.secret_access_key_key)]
     env += kafka_credentials_env(spec.job)
     memory = _pod_memory(spec.driver.memory, spec.driver.memory_overhead)
     labels = names.driver_labels(owner.name, action.epoch)
