@@ -2,7 +2,8 @@
 both ends authenticated with SASL credentials from a Secret (env from secretKeyRef, resolved by the
 kubelet), deployed by the operator; in the slow run also upgraded (spec change -> savepoint ->
 restore) and moved to more state partitions (savepoint -> offline repartition -> restore), with
-input arriving between the steps.
+input arriving between the steps, and run through its broker going down mid-run (the driver fails
+naming the broker, the operator restarts it per spec.restartPolicy until the broker is back).
 
 The output is read back as a read_committed consumer and compared, as a multiset, with windows
 computed without Spark from the produced events (runtime_kafka.reference_windows): 0 missing, 0
@@ -13,7 +14,9 @@ or the drivers' logs.
 from __future__ import annotations
 
 import json
+import secrets
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +37,15 @@ SECRET = "kafka-credentials"
 WINDOWS_TIMEOUT = 300.0
 
 
-def kafka_windows_job(testbed: TestBed, broker: Any, prefix: str, source: str, target: str) -> dict[str, Any]:
+def kafka_windows_job(testbed: TestBed, broker: Any, prefix: str, source: str, target: str,
+                      source_options: dict[str, str] | None = None, **sink: Any) -> dict[str, Any]:
     """examples/jobs/kafka_windows.yaml on the broker's SASL listener, checkpoints and savepoints in S3."""
     pipeline = yaml.safe_load((REPO / "examples" / "jobs" / "kafka_windows.yaml").read_text())["pipeline"]
     sasl = {"mechanism": "PLAIN", "securityProtocol": "SASL_PLAINTEXT", "secretRef": {"name": SECRET}}
     events = pipeline["sources"][0]
-    events["options"].update({"kafka.bootstrap.servers": broker.sasl_bootstrap, "subscribe": source})
+    events["options"].update({"kafka.bootstrap.servers": broker.sasl_bootstrap, "subscribe": source, **(source_options or {})})
     events["sasl"] = sasl
-    pipeline["sink"]["kafka"].update({"bootstrapServers": broker.sasl_bootstrap, "topic": target, "sasl": sasl})
+    pipeline["sink"]["kafka"].update({"bootstrapServers": broker.sasl_bootstrap, "topic": target, "sasl": sasl, **sink})
     return rate_job("kafka", testbed, prefix=prefix, job={"pipeline": pipeline})
 
 
@@ -80,13 +84,13 @@ class KafkaJob:
         return int(wait_for(settled, 120, "the job to finish its input", interval=2.0))
 
 
-def deploy(testbed: TestBed, broker: Any, jobs: Jobs, namespace: str, core_v1: client.CoreV1Api) -> KafkaJob:
+def deploy(testbed: TestBed, broker: Any, jobs: Jobs, namespace: str, core_v1: client.CoreV1Api, **options: Any) -> KafkaJob:
     (user, password), = broker.sasl_users.items()
     core_v1.create_namespaced_secret(namespace, client.V1Secret(
         metadata=client.V1ObjectMeta(name=SECRET), string_data={"username": user, "password": password}))
     job = KafkaJob(broker, jobs)
     job.produce(EVENTS // 3)
-    jobs.apply(kafka_windows_job(testbed, broker, f"e2e/{namespace}/kafka", job.source, job.target))
+    jobs.apply(kafka_windows_job(testbed, broker, f"e2e/{namespace}/kafka", job.source, job.target, **options))
     jobs.wait_ready("kafka", driverPod="kafka-driver-1")
     return job
 
@@ -145,3 +149,44 @@ def test_a_kafka_job_upgrades_and_repartitions_through_the_operator_exactly_once
     job.wait_all_windows()
     assert drivers.max_seen == 1
     assert_password_only_by_reference(testbed, kafka_broker, jobs, namespace, core_v1, drivers=3)
+
+
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A broker of this module's own, so stopping it never takes the session's shared one down."""
+    from testbed import locate
+    from testbed.kafka import start_kafka
+
+    broker = start_kafka(locate.kafka_dir(), tmp_path_factory.mktemp("kafka-down"), timeout=180,
+                         sasl_users={"streamjob": secrets.token_urlsafe(18)})
+    yield broker
+    broker.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_the_broker_down_mid_run_the_operator_restarts_the_job_then_each_window_once(
+    testbed: TestBed, operator: Operator, jobs: Jobs, drivers: DriverCounter, s3_secret: str, own_broker: Any,
+    namespace: str, core_v1: client.CoreV1Api,
+) -> None:
+    # Spark's Kafka source waits default.api.timeout.ms (60 s) times fetchOffset.numRetries for a broker: shortened
+    fail_fast = {"kafka.default.api.timeout.ms": "10000", "kafka.request.timeout.ms": "5000", "fetchOffset.numRetries": "1"}
+    job = deploy(testbed, own_broker, jobs, namespace, core_v1, source_options=fail_fast, transactionTimeoutMs=15000)
+    jobs.wait("kafka", "a committed batch", lambda st: (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 1)
+
+    # the broker goes down: the driver fails naming the broker and the topic, the operator restarts it (with backoff)
+    own_broker.stop()
+    failed = jobs.wait("kafka", "a restart after the broker went down", lambda st: st.get("totalRestarts", 0) >= 1, timeout=600)
+    assert own_broker.sasl_bootstrap in (failed.get("lastError") or ""), failed
+    reasons = [reason for reason, _ in jobs.events("kafka")]
+    assert "RestartPolicyExhausted" not in reasons, jobs.events("kafka")
+
+    # the broker is back: a restarted driver resumes from the checkpoint and every window is published once
+    own_broker.restart()
+    job.produce(EVENTS)
+    running = jobs.wait("kafka", "running again", lambda st: st.get("state") == "Running" and st.get("ready") is True, timeout=600)
+    job.wait_all_windows()
+    assert drivers.max_seen == 1
+    started = int(str(running["driverPod"]).rsplit("-", 1)[1])
+    assert started >= 2, running
+    assert_password_only_by_reference(testbed, own_broker, jobs, namespace, core_v1, drivers=started)

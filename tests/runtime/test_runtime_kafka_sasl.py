@@ -4,7 +4,8 @@ credentials from the environment (as the operator passes them from a Secret).
 
 The right password reads and writes every window once; a wrong one fails the run with a message
 naming the brokers and the user, and neither password is in any file the runs wrote (their logs,
-termination messages, checkpoint).
+termination messages, checkpoint). The atLeastOnce sink (Spark's own Kafka writer, its SASL
+options built by job_runtime.kafka_auth) authenticates the same way and writes record headers.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime_harness import RuntimeProcess, run_args, runtime_env
-from runtime_kafka import EVENTS, committed_windows, kafka_job, load_events_module, reference_windows, topics
+from runtime_kafka import EVENTS, committed_windows, consume_all, kafka_job, load_events_module, reference_windows, topics
 
 from job_runtime.exitcodes import ExitCode
 from job_runtime.jobdef import sasl_env
@@ -69,3 +70,31 @@ def test_a_job_authenticates_with_sasl_credentials_from_its_environment(kafka_br
 
     for secret in (password, wrong_password):
         assert files_containing(tmp_path, secret) == [], f"a password was written to {files_containing(tmp_path, secret)}"
+
+
+def test_an_at_least_once_sink_writes_with_sasl_credentials_and_headers(kafka_broker, processes, tmp_path: Path) -> None:
+    (user, password), = kafka_broker.sasl_users.items()
+    gen = load_events_module()
+    source, target = topics(kafka_broker)
+    events = gen.generate(EVENTS)
+    gen.produce(kafka_broker.bootstrap, source, events)
+    path = sasl_job(kafka_broker, source, target, tmp_path / "job.json")
+    job = json.loads(path.read_text())
+    job["pipeline"]["transforms"].append(
+        {"name": "tagged", "sql": "SELECT *, map('producer', 'streamjob', 'user', user) AS hdrs FROM per_window"})
+    job["pipeline"]["sink"]["kafka"].update({"delivery": "atLeastOnce", "headersColumn": "hdrs"})
+    path.write_text(json.dumps(job))
+
+    run = RuntimeProcess(tmp_path / "runs", run_args(path, (tmp_path / "ckpt").as_uri(), name="kafka-sasl-alo"),
+                         env=runtime_env(credentials_env(user, password)), label="at-least-once")
+    processes.append(run.start())
+    assert run.wait(400) == 0, run.log_tail()
+
+    # no failure in this run, so at-least-once delivered each window once; the headers came from the column
+    expected = reference_windows(events)
+    assert committed_windows(kafka_broker.bootstrap, target, sum(expected.values())) == expected
+    messages = consume_all(kafka_broker.bootstrap, target, sum(expected.values()))
+    headers = [sorted(m.headers() or []) for m in messages]
+    want = [sorted([("producer", b"streamjob"), ("user", m.key())]) for m in messages]
+    assert headers == want, headers[:3]
+    assert files_containing(tmp_path, password) == [], f"the password was written to {files_containing(tmp_path, password)}"
