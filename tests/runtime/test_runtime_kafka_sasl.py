@@ -45,25 +45,33 @@ def files_containing(root: Path, secret: str) -> list[str]:
     return sorted(str(p) for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes())
 
 
+def sasl_setup(broker: Any, tmp_path: Path) -> tuple[list[Any], str, Path]:
+    """The events produced to a fresh source topic, the target topic, the job on the SASL listener."""
+    gen = load_events_module()
+    source, target = topics(broker)
+    events = gen.generate(EVENTS)
+    gen.produce(broker.bootstrap, source, events)
+    return events, target, sasl_job(broker, source, target, tmp_path / "job.json")
+
+
+def start_with(processes: list[RuntimeProcess], tmp_path: Path, job: Path, user: str, password: str, label: str) -> RuntimeProcess:
+    proc = RuntimeProcess(tmp_path / "runs", run_args(job, (tmp_path / f"ckpt-{label}").as_uri(), name="kafka-sasl"),
+                          env=runtime_env(credentials_env(user, password)), label=label)
+    processes.append(proc.start())
+    return proc
+
+
 def test_a_job_authenticates_with_sasl_credentials_from_its_environment(kafka_broker, processes, tmp_path: Path) -> None:
     (user, password), = kafka_broker.sasl_users.items()
-    gen = load_events_module()
-    source, target = topics(kafka_broker)
-    events = gen.generate(EVENTS)
-    gen.produce(kafka_broker.bootstrap, source, events)
-    job = sasl_job(kafka_broker, source, target, tmp_path / "job.json")
+    events, target, job = sasl_setup(kafka_broker, tmp_path)
 
     wrong_password = password[::-1] + "x"
-    refused = RuntimeProcess(tmp_path / "runs", run_args(job, (tmp_path / "ckpt-refused").as_uri(), name="kafka-sasl"),
-                             env=runtime_env(credentials_env(user, wrong_password)), label="refused")
-    processes.append(refused.start())
+    refused = start_with(processes, tmp_path, job, user, wrong_password, "refused")
     assert refused.wait(300) == ExitCode.FAILED, refused.log_tail()
     message = refused.log_text()
     assert f"brokers {kafka_broker.sasl_bootstrap} refused the credentials of user '{user}'" in message, refused.log_tail()
 
-    allowed = RuntimeProcess(tmp_path / "runs", run_args(job, (tmp_path / "ckpt").as_uri(), name="kafka-sasl"),
-                             env=runtime_env(credentials_env(user, password)), label="allowed")
-    processes.append(allowed.start())
+    allowed = start_with(processes, tmp_path, job, user, password, "allowed")
     assert allowed.wait(400) == 0, allowed.log_tail()
     expected = reference_windows(events)
     assert committed_windows(kafka_broker.bootstrap, target, sum(expected.values())) == expected
@@ -74,20 +82,14 @@ def test_a_job_authenticates_with_sasl_credentials_from_its_environment(kafka_br
 
 def test_an_at_least_once_sink_writes_with_sasl_credentials_and_headers(kafka_broker, processes, tmp_path: Path) -> None:
     (user, password), = kafka_broker.sasl_users.items()
-    gen = load_events_module()
-    source, target = topics(kafka_broker)
-    events = gen.generate(EVENTS)
-    gen.produce(kafka_broker.bootstrap, source, events)
-    path = sasl_job(kafka_broker, source, target, tmp_path / "job.json")
+    events, target, path = sasl_setup(kafka_broker, tmp_path)
     job = json.loads(path.read_text())
     job["pipeline"]["transforms"].append(
         {"name": "tagged", "sql": "SELECT *, map('producer', 'streamjob', 'user', user) AS hdrs FROM per_window"})
     job["pipeline"]["sink"]["kafka"].update({"delivery": "atLeastOnce", "headersColumn": "hdrs"})
     path.write_text(json.dumps(job))
 
-    run = RuntimeProcess(tmp_path / "runs", run_args(path, (tmp_path / "ckpt").as_uri(), name="kafka-sasl-alo"),
-                         env=runtime_env(credentials_env(user, password)), label="at-least-once")
-    processes.append(run.start())
+    run = start_with(processes, tmp_path, path, user, password, "at-least-once")
     assert run.wait(400) == 0, run.log_tail()
 
     # no failure in this run, so at-least-once delivered each window once; the headers came from the column
