@@ -36,17 +36,20 @@ log = logging.getLogger(__name__)
 PODINIT = imagerun.PODINIT
 
 
-def image_paths(pod_dir: Path) -> list[str]:
+def image_paths(pod_dir: Path, environment: images.Environment | None = None) -> list[str]:
     """Host paths that stand for the image's own files: the venv (Spark, the
     installed packages), the repository (editable installs point into it), the
-    kubelet's run dir (the pod's home and work dir). A volume mounted over one
-    of their parents (an emptyDir at /tmp, say) must not hide them."""
+    kubelet's run dir (the pod's home and work dir), and the environment's
+    jars, Spark and Java homes. A volume mounted over one of their parents (an
+    emptyDir at /tmp, say, when STREAMJOB_CACHE is under /tmp) must not hide them."""
     import sysconfig
 
     from testbed import locate
 
     paths = {sys.prefix, str(locate.repo_root()), str(pod_dir.parent.parent),
              sysconfig.get_paths()["purelib"]}
+    if environment is not None:
+        paths |= {str(p) for p in (environment.jars_dir, environment.spark_home, environment.java_home) if p}
     return sorted(p for p in paths if p and p != "/")
 MESSAGE_BYTES = 2048
 MESSAGE_LINES = 80
@@ -399,7 +402,7 @@ class PodWorker(threading.Thread):
             shutil.rmtree(in_image["layer"], ignore_errors=True)
             spec.update(in_image)
         else:
-            spec["keep"] = image_paths(self.pod_dir)
+            spec["keep"] = image_paths(self.pod_dir, self.ctx.image_env)
         spec_path.write_text(json.dumps(spec))
         spec_path.chmod(0o600)
         with open(log_path, "ab") as out:

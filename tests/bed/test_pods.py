@@ -206,3 +206,44 @@ def test_an_empty_dir_over_tmp_hides_the_host_tmp_but_not_the_image(core_v1: cli
     assert done.status.phase == "Succeeded", output
     seen = json.loads(output.strip().splitlines()[-1])
     assert seen["host"] is False and seen["cfg"] == "v" and seen["pkg"] is True
+
+
+
+def test_an_empty_dir_over_tmp_hides_neither_the_spark_jars_nor_spark(
+    core_v1: client.CoreV1Api, namespace: str, testbed: TestBed,
+) -> None:
+    # The runtime image's jars, Spark and Java stand for host dirs that may be under /tmp too (STREAMJOB_CACHE
+    # there): a driver with an emptyDir at /tmp once failed with "Class org.apache.hadoop.fs.s3a.S3AFileSystem not
+    # found". Here emptyDirs cover /tmp and the jars' parent, wherever it is; the pod lists them from inside.
+    assert testbed.jars_dir is not None
+    covered = sorted({"/tmp", str(testbed.jars_dir.resolve().parent)})
+    script = (
+        "import json, os; e = os.environ; "
+        "print(json.dumps({k: bool(os.path.isdir(e[k]) and os.listdir(e[k])) "
+        "for k in ('STREAMJOB_JARS_DIR', 'SPARK_HOME', 'JAVA_HOME') if k in e}))"
+    )
+    core_v1.create_namespaced_pod(namespace, pod(
+        "jars-under-tmp", ["python", "-c", script], image="localhost/streamjob-dev/streamjob-runtime:0.1.0",
+        volumeMounts=[{"name": f"empty-{i}", "mountPath": path} for i, path in enumerate(covered)],
+        volumes=[{"name": f"empty-{i}", "emptyDir": {}} for i in range(len(covered))],
+    ))
+    done = wait_pod_phase(core_v1, namespace, "jars-under-tmp", {"Succeeded", "Failed"})
+    output = testbed.pod_log(namespace, "jars-under-tmp")
+    assert done.status.phase == "Succeeded", output
+    seen = json.loads(output.strip().splitlines()[-1])
+    assert seen.get("STREAMJOB_JARS_DIR") is True and seen.get("SPARK_HOME") is True, seen
+    assert all(seen.values()), seen
+
+
+def test_the_paths_a_pod_keeps_over_its_volumes_include_the_jars_spark_and_java(tmp_path: Any) -> None:
+    from testbed.kubelet.images import Environment
+    from testbed.kubelet.worker import image_paths
+
+    homes = {name: tmp_path / name for name in ("venv-bin", "spark", "jars", "java")}
+    for home in homes.values():
+        home.mkdir()
+    environment = Environment(venv_bin=homes["venv-bin"], spark_home=homes["spark"], jars_dir=homes["jars"],
+                              java_home=homes["java"])
+    kept = image_paths(tmp_path / "pods" / "uid" / "run", environment)
+    assert {str(homes[k]) for k in ("spark", "jars", "java")} <= set(kept), kept
+    assert str(homes["jars"]) not in image_paths(tmp_path / "pods" / "uid" / "run"), "kept without an environment"

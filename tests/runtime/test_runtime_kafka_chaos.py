@@ -177,7 +177,7 @@ def kill_executor(proc: RuntimeProcess, kind: str, rng: random.Random, latest: A
         victim = rng.choice(sorted(executors))
         where = f"between batches, after batch {latest()}"
     os.kill(executors[victim], signal.SIGKILL)
-    return f"{where} (executor {victim} of {len(executors)})"
+    return f"{where} (executor id {victim}, one of {len(executors)} alive)"
 
 
 def wait_executors(proc: RuntimeProcess, count: int = 2) -> dict[str, int]:
