@@ -1,0 +1,53 @@
+"""/status's latestCompletedBatch against Spark's reported batch: never older than a batch Spark
+reported as run (the operator reads Ready and lastCheckpoint from one answer), and the checkpoint
+listed at most once per progress report (an idle query's reports name the next batch, not yet run).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from job_runtime import checkpoint
+from job_runtime.jobdef import load_job_definition
+from job_runtime.runner import Runner
+from job_runtime.s3 import S3Config
+from job_runtime.settings import RuntimeSettings
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Runner:
+    job_file = tmp_path / "job.json"
+    job_file.write_text('{"entrypoint": "jobs.wordcount:build"}')
+    settings = RuntimeSettings(job_file=job_file, name="j", namespace="ns", checkpoint_location=(tmp_path / "c").as_uri(),
+                               state_partitions=2, control_address=None)
+    return Runner(settings, load_job_definition(job_file), S3Config())
+
+
+def commit(tmp_path: Path, batch: int) -> None:
+    (tmp_path / "c" / "commits").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "c" / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def test_a_reported_batch_is_never_ahead_of_latest_completed(runner: Runner, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    listings: list[int | None] = []
+    real = checkpoint.latest_completed_batch
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        listings.append(result := real(*args, **kwargs))
+        return result
+
+    monkeypatch.setattr(checkpoint, "latest_completed_batch", counted)
+    assert runner._latest_completed_batch() is None  # nothing committed: listed, then cached
+    commit(tmp_path, 0)
+    assert runner._latest_completed_batch() is None  # within the cache's seconds, no batch reported: cached
+    assert runner._latest_completed_batch(progressed=0, report="t1") == 0  # Spark reported batch 0: listed at once
+    assert runner._latest_completed_batch(progressed=1, report="t2") == 0  # an idle report names batch 1: listed...
+    assert runner._latest_completed_batch(progressed=1, report="t2") == 0  # ...once for that report
+    assert listings == [None, 0, 0]
+    commit(tmp_path, 1)
+    assert runner._latest_completed_batch(progressed=1, report="t3") == 1  # batch 1 ran: its own report, listed
+    assert runner._latest_completed_batch(progressed=1, report="t3") == 1
+    assert listings == [None, 0, 0, 1]
