@@ -15,6 +15,11 @@ from runtime_inputs import FILES, SEED, Input, load_generator
 from testbed import locate
 from testbed.s3 import S3Server, start_s3
 
+from job_runtime.jobdef import load_job_definition
+from job_runtime.runner import Runner
+from job_runtime.s3 import S3Config
+from job_runtime.settings import RuntimeSettings
+
 
 @pytest.fixture(scope="session")
 def events(tmp_path_factory: pytest.TempPathFactory) -> Input:
@@ -71,3 +76,13 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     server = start_s3(locate.bin_dir() / "versitygw", data_dir=root / "data", log_path=root / "versitygw.log", buckets=(BUCKET,))
     yield server
     server.process.stop()
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Runner:
+    """A Runner of an entrypoint job with a file:// checkpoint in tmp_path/c, not started (no Spark)."""
+    job_file = tmp_path / "job.json"
+    job_file.write_text('{"entrypoint": "jobs.wordcount:build"}')
+    settings = RuntimeSettings(job_file=job_file, name="j", namespace="ns", checkpoint_location=(tmp_path / "c").as_uri(),
+                               state_partitions=2, control_address=None)
+    return Runner(settings, load_job_definition(job_file), S3Config())

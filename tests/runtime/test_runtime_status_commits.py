@@ -10,19 +10,7 @@ from pathlib import Path
 import pytest
 
 from job_runtime import checkpoint
-from job_runtime.jobdef import load_job_definition
 from job_runtime.runner import Runner
-from job_runtime.s3 import S3Config
-from job_runtime.settings import RuntimeSettings
-
-
-@pytest.fixture
-def runner(tmp_path: Path) -> Runner:
-    job_file = tmp_path / "job.json"
-    job_file.write_text('{"entrypoint": "jobs.wordcount:build"}')
-    settings = RuntimeSettings(job_file=job_file, name="j", namespace="ns", checkpoint_location=(tmp_path / "c").as_uri(),
-                               state_partitions=2, control_address=None)
-    return Runner(settings, load_job_definition(job_file), S3Config())
 
 
 def commit(tmp_path: Path, batch: int) -> None:

@@ -13,11 +13,8 @@ from typing import Any
 
 import pytest
 
-from job_runtime.jobdef import load_job_definition
 from job_runtime.query_errors import interrupted_by_stop
 from job_runtime.runner import Runner
-from job_runtime.s3 import S3Config
-from job_runtime.settings import RuntimeSettings
 
 INTERRUPTED = ("org.apache.spark.sql.streaming.StreamingQueryException: Error while reading data. Read interrupted while "
                "waiting for data\\nCaused by: java.lang.InterruptedException\\n\\tat java.base/java.util.concurrent.CountDownLatch")
@@ -36,15 +33,6 @@ class Query:
 
     def exception(self) -> Any:
         return RuntimeError(self._error) if self._error else None
-
-
-@pytest.fixture
-def runner(tmp_path: Path) -> Runner:
-    job_file = tmp_path / "job.json"
-    job_file.write_text('{"entrypoint": "jobs.wordcount:build"}')
-    settings = RuntimeSettings(job_file=job_file, name="j", namespace="ns", checkpoint_location=(tmp_path / "c").as_uri(),
-                               state_partitions=2, control_address=None)
-    return Runner(settings, load_job_definition(job_file), S3Config())
 
 
 @pytest.mark.parametrize(("active", "before", "after", "expected"), [
