@@ -79,8 +79,7 @@ class Runner(SavepointOps):
         self._active_savepoint: SavepointRecord | None = None
         self._worker: threading.Thread | None = None
         self._stop_reason: str | None = None
-        self._latest_completed: tuple[float, int | None] = (0.0, None)
-        self._listed_for: tuple[int | None, str | None] | None = None  # the progress report last listed for
+        self._latest_completed: tuple[float, str | None, int | None] = (0.0, None, None)  # (listed at, for report, batch)
         self._late_rows = LateRowsTotal()
         self._query_starts = 0
         self._dropped_state = False
@@ -120,20 +119,18 @@ class Runner(SavepointOps):
             late_rows_total = self._late_rows.total
             active = self._active_savepoint.to_json() if self._active_savepoint else None
             latest = list(self._savepoints.values())[-1].to_json() if self._savepoints else None
-        fields = progress_fields(progress)
         return {
             "job": self.settings.job_id,
             "state": self._state.value,
             "queryId": query_id,
             "runId": run_id,
             "queryStarts": self._query_starts,
-            "latestCompletedBatch": self._latest_completed_batch(
-                progressed=fields["lastBatchId"], report=(progress or {}).get("timestamp")),
+            "latestCompletedBatch": self._latest_completed_batch(report=(progress or {}).get("timestamp")),
             # Spark's own: a batch is being planned or run; what the query's thread is doing
             "triggerActive": trigger.get("isTriggerActive"),
             "statusMessage": trigger.get("message"),
             "runningTasks": self._running_tasks(),
-            **fields,
+            **progress_fields(progress),
             "lateRowsDroppedTotal": late_rows_total,
             "lastError": self._last_error,
             "statePartitions": self.settings.state_partitions,
@@ -469,24 +466,19 @@ class Runner(SavepointOps):
         log.info("stopped job=%s reason=%s", self.settings.job_id, self._stop_reason)
         return ExitCode.STOPPED_BY_REQUEST
 
-    def _latest_completed_batch(self, progressed: int | None = None, report: str | None = None) -> int | None:
-        """The checkpoint's latest committed batch, listed at most every STATUS_CACHE_SECONDS; at once when
-        Spark reported a batch (`progressed`, from the progress report `report`: Spark reports after the
-        commit) past the one cached, so /status never says a batch ran while its latestCompletedBatch is
-        older (the operator's Ready and lastCheckpoint come from the same answer)."""
-        at, value = self._latest_completed
-        # once per progress report: an idle query's reports name the next batch, not yet run
-        seen = (progressed, report)
-        behind = progressed is not None and (value is None or value < progressed) and seen != self._listed_for
-        if not behind and time.monotonic() - at < STATUS_CACHE_SECONDS:
+    def _latest_completed_batch(self, report: str | None = None) -> int | None:
+        """The checkpoint's latest committed batch, listed at most every STATUS_CACHE_SECONDS, and again at once
+        for a new progress report (`report`, its timestamp: Spark reports a batch after committing it), so
+        /status never says a batch ran while its latestCompletedBatch is older (the operator's Ready and
+        lastCheckpoint come from the same answer). Without a report (the janitor) the cache serves."""
+        at, listed_for, value = self._latest_completed
+        if (report is None or report == listed_for) and time.monotonic() - at < STATUS_CACHE_SECONDS:
             return value
-        if behind:
-            self._listed_for = seen
         try:
             value = checkpoint.latest_completed_batch(self.settings.checkpoint_location, s3=self.s3_config)
         except Exception as err:
             log.debug("could not read latest completed batch: %s", err)
-        self._latest_completed = (time.monotonic(), value)
+        self._latest_completed = (time.monotonic(), report or listed_for, value)
         return value
 
     def _join_worker(self) -> None:

@@ -30,7 +30,7 @@ from testbed.waiting import wait_for
 from streamjob_e2e import DEV_IMAGE, DriverCounter, Jobs, Operator, rate_job
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
-from runtime_kafka import EVENTS, committed_windows, load_events_module, reference_windows, topics  # noqa: E402
+from runtime_kafka import EVENTS, FAIL_FAST, committed_windows, load_events_module, reference_windows, topics  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "kafka-credentials"
@@ -169,9 +169,7 @@ def test_the_broker_down_mid_run_the_operator_restarts_the_job_then_each_window_
     testbed: TestBed, operator: Operator, jobs: Jobs, drivers: DriverCounter, s3_secret: str, own_broker: Any,
     namespace: str, core_v1: client.CoreV1Api,
 ) -> None:
-    # Spark's Kafka source waits default.api.timeout.ms (60 s) times fetchOffset.numRetries for a broker: shortened
-    fail_fast = {"kafka.default.api.timeout.ms": "10000", "kafka.request.timeout.ms": "5000", "fetchOffset.numRetries": "1"}
-    job = deploy(testbed, own_broker, jobs, namespace, core_v1, source_options=fail_fast, transactionTimeoutMs=15000)
+    job = deploy(testbed, own_broker, jobs, namespace, core_v1, source_options=FAIL_FAST, transactionTimeoutMs=15000)
     jobs.wait("kafka", "a committed batch", lambda st: (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 1)
 
     # the broker goes down: the driver fails naming the broker and the topic, the operator restarts it (with backoff)

@@ -139,18 +139,9 @@ class RuntimeProcess:
         """The executor JVMs of this driver (a `local-cluster` master) by executor id: its process
         group's CoarseGrainedExecutorBackend processes, as /proc shows them now."""
         found: dict[str, int] = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            pgid = int(stat.rsplit(")", 1)[1].split()[2])
-            args = cmdline.decode(errors="replace").split("\0")
-            if pgid == self.pid and any(a.endswith("CoarseGrainedExecutorBackend") for a in args) and "--executor-id" in args:
-                found[args[args.index("--executor-id") + 1]] = int(entry.name)
+        for pid, args in self._group_processes():
+            if any(a.endswith("CoarseGrainedExecutorBackend") for a in args) and "--executor-id" in args:
+                found[args[args.index("--executor-id") + 1]] = pid
                 if "--app-id" in args:
                     self._apps.add(args[args.index("--app-id") + 1])
         return found
@@ -175,13 +166,27 @@ class RuntimeProcess:
             self._log.close()
             self._remove_work_dirs()
 
+    def _group_processes(self) -> list[tuple[int, list[str]]]:
+        """(pid, argv) of every process in this run's process group (the driver, its JVM, executors), as /proc shows them now."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[2]) == self.pid:
+                found.append((int(entry.name), cmdline.decode(errors="replace").split("\0")))
+        return found
+
     def _stream_thread_stack(self) -> str:
         """Where a hung run's streaming query thread is (jstack of its JVM, kept as <label>.jstack)."""
         try:
-            java = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "jstack"
-            children = subprocess.run(["pgrep", "-g", str(self.pid), "java"], capture_output=True, text=True, timeout=10)
-            dumps = [subprocess.run([str(java), pid], capture_output=True, text=True, timeout=60).stdout
-                     for pid in children.stdout.split()]
+            jstack = shutil.which("jstack") or str(Path(shutil.which("java") or "java").resolve().with_name("jstack"))
+            jvms = [pid for pid, args in self._group_processes() if args and args[0].endswith("java")]
+            dumps = [subprocess.run([jstack, str(pid)], capture_output=True, text=True, timeout=60).stdout for pid in jvms]
             text = "\n".join(dumps)
             (self.workdir / f"{self.label}.jstack").write_text(text)
             threads = [t for t in text.split("\n\n") if "stream execution thread" in t]

@@ -22,6 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
 from kafka_io import consume_all  # noqa: E402
 
 DELAY_MS = 10_000
+# Spark's Kafka source gives up on an unreachable broker after its admin calls time out
+# (default.api.timeout.ms, 60 s) and fetchOffset.numRetries more tries: shortened for broker-down tests
+FAIL_FAST = {"kafka.default.api.timeout.ms": "10000", "kafka.request.timeout.ms": "5000", "fetchOffset.numRetries": "1"}
 # Spark's standalone cluster inside the driver JVM: 2 workers of 1 core and 1 GiB, each running
 # its executor as a JVM process of its own (in the driver's process group), so an executor can
 # be killed alone; a killed executor is replaced by its worker.

@@ -16,13 +16,9 @@ from typing import Any
 
 import pytest
 from runtime_harness import RuntimeProcess, run_args
-from runtime_kafka import EVENTS, committed_windows, kafka_job, load_events_module, reference_windows, topics
+from runtime_kafka import EVENTS, FAIL_FAST, committed_windows, kafka_job, load_events_module, reference_windows, topics
 
 from job_runtime.exitcodes import ExitCode
-
-# Spark's Kafka source gives up on an unreachable broker after its admin calls time out
-# (default.api.timeout.ms, 60 s) and fetchOffset.numRetries more tries: shortened here
-FAIL_FAST = {"kafka.default.api.timeout.ms": "10000", "kafka.request.timeout.ms": "5000", "fetchOffset.numRetries": "1"}
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """/status's latestCompletedBatch against Spark's reported batch: never older than a batch Spark
 reported as run (the operator reads Ready and lastCheckpoint from one answer), and the checkpoint
-listed at most once per progress report (an idle query's reports name the next batch, not yet run).
+listed at most once per progress report (not on every call).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ def test_a_reported_batch_is_never_ahead_of_latest_completed(runner: Runner, tmp
     assert runner._latest_completed_batch() is None  # nothing committed: listed, then cached
     commit(tmp_path, 0)
     assert runner._latest_completed_batch() is None  # within the cache's seconds, no batch reported: cached
-    assert runner._latest_completed_batch(progressed=0, report="t1") == 0  # Spark reported batch 0: listed at once
-    assert runner._latest_completed_batch(progressed=1, report="t2") == 0  # an idle report names batch 1: listed...
-    assert runner._latest_completed_batch(progressed=1, report="t2") == 0  # ...once for that report
+    assert runner._latest_completed_batch(report="t1") == 0  # Spark reported batch 0: listed at once
+    assert runner._latest_completed_batch(report="t2") == 0  # an idle report names batch 1: listed...
+    assert runner._latest_completed_batch(report="t2") == 0  # ...once for that report
     assert listings == [None, 0, 0]
     commit(tmp_path, 1)
-    assert runner._latest_completed_batch(progressed=1, report="t3") == 1  # batch 1 ran: its own report, listed
-    assert runner._latest_completed_batch(progressed=1, report="t3") == 1
+    assert runner._latest_completed_batch(report="t3") == 1  # batch 1 ran: its own report, listed
+    assert runner._latest_completed_batch(report="t3") == 1
     assert listings == [None, 0, 0, 1]
