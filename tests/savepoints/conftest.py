@@ -8,8 +8,11 @@ is fixed when it starts.
 
 from __future__ import annotations
 
+import shutil
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -88,6 +91,38 @@ def real_checkpoint(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Rea
     files = 4
     for index in range(files):
         write_input(input_dir, index)
-    checkpoint = root / "checkpoint"
-    run_to_end(spark, input_dir, f"file://{checkpoint}")
+    written, checkpoint = root / "written", root / "checkpoint"
+    run_to_end(spark, input_dir, f"file://{written}")
+    settled_copy(written, checkpoint)
     return RealCheckpoint(checkpoint, input_dir, files)
+
+
+def listing(root: Path) -> list[tuple[str, int, int]]:
+    return sorted((p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file())
+
+
+def settled_copy(source: Path, target: Path, quiet: float = 6.0, limit: float = 180.0) -> None:
+    """Copies a finished query's checkpoint once Spark has stopped writing to it.
+
+    After the query ends, the state store's maintenance thread (every 2 s here)
+    still uploads snapshots for a moment (``.4.zip.<uuid>.tmp``, then ``4.zip``).
+    A test copying the checkpoint then got a temporary file, the kind a killed
+    driver leaves, and recovery rightly deleted it (seen once in a fresh-clone
+    run). The copy is made after `quiet` seconds without a change, and kept only
+    when it holds no temporary file and the source did not change while it was made.
+    """
+    deadline = time.monotonic() + limit
+    last, since = listing(source), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = listing(source)
+        if now != last:
+            last, since = now, time.monotonic()
+            continue
+        if time.monotonic() - since < quiet or any(name.endswith((".tmp", ".tmp.crc")) for name, _, _ in now):
+            continue
+        shutil.copytree(source, target)
+        if listing(source) == now and [entry[:2] for entry in listing(target)] == [entry[:2] for entry in now]:
+            return
+        shutil.rmtree(target)
+    raise AssertionError(f"{source} still changing after {limit} s: {last}")
