@@ -98,7 +98,17 @@ def real_checkpoint(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Rea
 
 
 def listing(root: Path) -> list[tuple[str, int, int]]:
-    return sorted((p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file())
+    """Name, size and mtime of every file; a file renamed while listed shows as a temporary one."""
+    found = []
+    for path in root.rglob("*"):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # a temporary file renamed into place under our feet
+            found.append((f"{path.relative_to(root).as_posix()}.tmp", -1, -1))
+            continue
+        if path.is_file():
+            found.append((path.relative_to(root).as_posix(), stat.st_size, stat.st_mtime_ns))
+    return sorted(found)
 
 
 def settled_copy(source: Path, target: Path, quiet: float = 6.0, limit: float = 180.0) -> None:
@@ -121,7 +131,11 @@ def settled_copy(source: Path, target: Path, quiet: float = 6.0, limit: float = 
             continue
         if time.monotonic() - since < quiet or any(name.endswith((".tmp", ".tmp.crc")) for name, _, _ in now):
             continue
-        shutil.copytree(source, target)
+        try:
+            shutil.copytree(source, target)
+        except (shutil.Error, FileNotFoundError):  # a file went while copied: it was not settled
+            shutil.rmtree(target, ignore_errors=True)
+            continue
         if listing(source) == now and [entry[:2] for entry in listing(target)] == [entry[:2] for entry in now]:
             return
         shutil.rmtree(target)
