@@ -184,9 +184,9 @@ class RuntimeProcess:
     def _stream_thread_stack(self) -> str:
         """Where a hung run's streaming query thread is (jstack of its JVM, kept as <label>.jstack)."""
         try:
-            jstack = shutil.which("jstack") or str(Path(shutil.which("java") or "java").resolve().with_name("jstack"))
-            jvms = [pid for pid, args in self._group_processes() if args and args[0].endswith("java")]
-            dumps = [subprocess.run([jstack, str(pid)], capture_output=True, text=True, timeout=60).stdout for pid in jvms]
+            # the jstack beside each JVM's own java binary (a bare "java" finds it on PATH)
+            jvms = [(pid, Path(args[0]).with_name("jstack")) for pid, args in self._group_processes() if args and args[0].endswith("java")]
+            dumps = [subprocess.run([str(jstack), str(pid)], capture_output=True, text=True, timeout=60).stdout for pid, jstack in jvms]
             text = "\n".join(dumps)
             (self.workdir / f"{self.label}.jstack").write_text(text)
             threads = [t for t in text.split("\n\n") if "stream execution thread" in t]

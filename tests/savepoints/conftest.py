@@ -19,6 +19,7 @@ import pytest
 
 from job_runtime.s3 import S3Config
 from testbed.s3 import S3Server
+from testbed.waiting import wait_for
 
 from savepoint_helpers import BUCKET, ROCKSDB, STATE_PARTITIONS, RealCheckpoint, run_to_end, write_input
 
@@ -98,17 +99,7 @@ def real_checkpoint(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Rea
 
 
 def listing(root: Path) -> list[tuple[str, int, int]]:
-    """Name, size and mtime of every file; a file renamed while listed shows as a temporary one."""
-    found = []
-    for path in root.rglob("*"):
-        try:
-            stat = path.stat()
-        except FileNotFoundError:  # a temporary file renamed into place under our feet
-            found.append((f"{path.relative_to(root).as_posix()}.tmp", -1, -1))
-            continue
-        if path.is_file():
-            found.append((path.relative_to(root).as_posix(), stat.st_size, stat.st_mtime_ns))
-    return sorted(found)
+    return sorted((p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file())
 
 
 def settled_copy(source: Path, target: Path, quiet: float = 6.0, limit: float = 180.0) -> None:
@@ -118,25 +109,25 @@ def settled_copy(source: Path, target: Path, quiet: float = 6.0, limit: float = 
     still uploads snapshots for a moment (``.4.zip.<uuid>.tmp``, then ``4.zip``).
     A test copying the checkpoint then got a temporary file, the kind a killed
     driver leaves, and recovery rightly deleted it (seen once in a fresh-clone
-    run). The copy is made after `quiet` seconds without a change, and kept only
-    when it holds no temporary file and the source did not change while it was made.
+    run). The copy is made after `quiet` seconds without a change or a temporary
+    file, and kept only when the source did not change while it was made.
     """
-    deadline = time.monotonic() + limit
-    last, since = listing(source), time.monotonic()
-    while time.monotonic() < deadline:
-        time.sleep(0.25)
-        now = listing(source)
-        if now != last:
-            last, since = now, time.monotonic()
-            continue
-        if time.monotonic() - since < quiet or any(name.endswith((".tmp", ".tmp.crc")) for name, _, _ in now):
-            continue
+    seen = {"listing": None, "since": time.monotonic()}
+
+    def copied() -> bool:
         try:
+            now = listing(source)
+            if now != seen["listing"] or any(name.endswith((".tmp", ".tmp.crc")) for name, _, _ in now):
+                seen.update(listing=now, since=time.monotonic())
+                return False
+            if time.monotonic() - seen["since"] < quiet:
+                return False
             shutil.copytree(source, target)
-        except (shutil.Error, FileNotFoundError):  # a file went while copied: it was not settled
-            shutil.rmtree(target, ignore_errors=True)
-            continue
-        if listing(source) == now and [entry[:2] for entry in listing(target)] == [entry[:2] for entry in now]:
-            return
-        shutil.rmtree(target)
-    raise AssertionError(f"{source} still changing after {limit} s: {last}")
+            if listing(source) == now and [e[:2] for e in listing(target)] == [e[:2] for e in now]:
+                return True
+        except (FileNotFoundError, shutil.Error):  # a file renamed or removed while listed or copied
+            seen.update(listing=None, since=time.monotonic())
+        shutil.rmtree(target, ignore_errors=True)
+        return False
+
+    wait_for(copied, limit, f"{source} to stop changing, then a copy of it")
