@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from job_runtime.jobdef import (
-    EventTime, FileFormat, JobDefinition, JobDefinitionError, Pipeline, Sink, SinkKind, Source, SourceKind, Transform,
+    EventTime, JobDefinition, JobDefinitionError, Pipeline, Sink, SinkFormat, SinkKind, Source, SourceKind, Transform,
     declared_sink, declared_sources,
 )
 
@@ -123,7 +123,7 @@ class BatchDirectoryWriter:
     makes the sink idempotent by batch id.
     """
 
-    def __init__(self, path: str, file_format: FileFormat, options: Mapping[str, str]) -> None:
+    def __init__(self, path: str, file_format: SinkFormat, options: Mapping[str, str]) -> None:
         self.path = path.rstrip("/")
         self.file_format = file_format
         self.options = dict(options)

@@ -3,7 +3,9 @@
 Read by job_runtime.session (`engine_conf` refuses a --conf that sets one of
 them) and by streamjob_operator.api.spec (a CEL rule on `spec.sparkConf` per
 key, so `kubectl apply` refuses the same keys with the same reason before any
-driver starts). Pure: data and message text only.
+driver starts). Also the keys that carry credentials (SECRET_KEY_PATTERN), which
+the CRD refuses so a secret never stands in a spec, a status or a pod's
+arguments. Pure: data and message text only.
 
 A key is owned when a StreamJob field or the runtime's own design decides it
 and a user value would either break the job or be silently ignored:
@@ -18,6 +20,7 @@ and a user value would either break the job or be silently ignored:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -64,3 +67,27 @@ OWNED_KEYS: tuple[str, ...] = tuple(c.key for c in OWNED_CONFS)
 def owned(key: str) -> OwnedConf | None:
     """The owned conf named `key`, or None when the user may set it."""
     return next((c for c in OWNED_CONFS if c.key == key), None)
+
+
+# Keys whose value is a credential. The words are Spark's own idea of a sensitive
+# key (the default of spark.redaction.regex: secret, password, token, access key),
+# plus the Hadoop and Kafka spellings it misses: fs.azure.account.key.*,
+# fs.gs.auth.service.account.private.key, fs.s3a.encryption.key (SSE-C) and
+# sasl.jaas.config. RE2 syntax, so the CRD's CEL rule uses the very same pattern.
+SECRET_KEY_PATTERN = r"(?i)(secret|password|token|access[.]?key|private[.]?key|account[.]key|encryption[.]key|jaas)"
+# ...except a key that configures how a credential is found rather than holding one: a file
+# (spark.authenticate.secret.file, ...oauthTokenFile: a path to a mounted Secret, the way to
+# pass such a value), a provider or binding class (fs.s3a.aws.credentials.provider,
+# fs.s3a.delegation.token.binding), a mechanism or a switch (spark.kafka.clusters.*.sasl.token.mechanism).
+SECRET_EXEMPT_PATTERN = r"(?i)(file|path|providers?|binding|mechanism|enabled|class|type)$"
+SECRET_REFUSAL = (
+    "holds a credential, and sparkConf is readable by anyone who can read the StreamJob (its status keeps a copy) "
+    "and becomes the driver's command line: put S3 keys in a Secret named by spec.s3.credentialsSecret, Kafka "
+    "credentials in one named by sasl.secretRef, and anything else in a Secret mounted through spec.podTemplate, "
+    "pointing the conf at its file (a key naming a file, a provider class or a mechanism is allowed)"
+)
+
+
+def carries_secret(key: str) -> bool:
+    """True when `key`'s value would be a credential in plain text (see SECRET_KEY_PATTERN)."""
+    return re.search(SECRET_KEY_PATTERN, key) is not None and re.search(SECRET_EXEMPT_PATTERN, key) is None

@@ -2,26 +2,36 @@
 # The README's first command: sets everything up, starts the local test bed
 # (real kube-apiserver + etcd + controller-manager, an S3 server, a Kafka
 # broker, a process kubelet) in the background, installs the operator with its Helm chart,
-# applies the example StreamJobs, waits until every one that should run is
-# Ready (a committed batch: .status.ready == true), and prints how to point
-# kubectl at it. If one never gets there within DEV_READY_TIMEOUT seconds
-# (default 300), it prints what is wrong (conditions, last events) and exits 1;
+# produces the Kafka example's input, applies every examples/*.yaml, waits until every
+# StreamJob that should run is Ready (a committed batch: .status.ready == true), and
+# prints how to point kubectl at it. If one never gets there within DEV_READY_TIMEOUT
+# seconds (default 300), it prints what is wrong (conditions, last events) and exits 1;
 # the test bed keeps running so it can be inspected. Stop it with:
 # streamjob-testbed down
+# tests/e2e/test_examples.py runs this very script on every test run (with
+# STREAMJOB_TESTBED_DIR pointing at a folder of its own).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 READY_TIMEOUT="${DEV_READY_TIMEOUT:-300}"
+TESTBED_DIR="${STREAMJOB_TESTBED_DIR:-$ROOT/.testbed}"
 bash scripts/bootstrap.sh
 # shellcheck disable=SC1091
 source .streamjob-env
-streamjob-testbed up --operator --kafka \
-  --apply examples/minimal.yaml --apply examples/s3-savepoints.yaml --apply examples/suspended.yaml "$@"
+streamjob-testbed up --operator --kafka "$@"
 # shellcheck disable=SC1091
-source .testbed/env
-# the Kafka example's input, then the job (Kafka -> windows -> Kafka, exactly once)
+source "$TESTBED_DIR/env"
+# the examples name these addresses: a test bed that had to take other ports cannot run them
+if [[ "$STREAMJOB_S3_ENDPOINT" != "http://127.0.0.1:9000" || "$STREAMJOB_KAFKA_BOOTSTRAP" != "127.0.0.1:9092" ]]; then
+  echo "dev: S3 is at $STREAMJOB_S3_ENDPOINT and Kafka at $STREAMJOB_KAFKA_BOOTSTRAP, but examples/*.yaml name" \
+    "http://127.0.0.1:9000 and 127.0.0.1:9092 (another program holds those ports: ss -ltnp 'sport = :9000 or sport = :9092');" \
+    "free them and run again (streamjob-testbed down first)" >&2
+  exit 1
+fi
+# the Kafka example's input (examples/kafka.yaml: Kafka -> windows -> Kafka, exactly once)
 python examples/jobs/kafka_events.py "$STREAMJOB_KAFKA_BOOTSTRAP" events --count 600 >/dev/null
-kubectl apply -f examples/kafka.yaml
+# every example: a new file in examples/ is applied (and so tested) with no change here
+kubectl apply -f examples/
 
 # "namespace/name" of every StreamJob that should run (spec.state is not
 # suspended) and has not committed a batch yet.
@@ -56,13 +66,13 @@ if [[ -n "$waiting" ]]; then
     [[ "$job" == */* ]] && explain "$job"
   done <<< "$waiting"
   echo >&2
-  echo "dev: the test bed keeps running: source $ROOT/.testbed/env, then kubectl describe sj NAME;" \
-    "logs under $ROOT/.testbed/run; streamjob-testbed down to stop" >&2
+  echo "dev: the test bed keeps running: source $TESTBED_DIR/env, then kubectl describe sj NAME;" \
+    "logs under $TESTBED_DIR/run; streamjob-testbed down to stop" >&2
   exit 1
 fi
 echo
 echo "The test bed keeps running. Point kubectl at it with:"
-echo "  source $ROOT/.testbed/env"
+echo "  source $TESTBED_DIR/env"
 echo "then: kubectl get sj -A; kubectl describe sj minimal; streamjob-testbed down (to stop)"
 echo "Kafka example (docs/delivery.md): broker at \$STREAMJOB_KAFKA_BOOTSTRAP; the job kafka-windows"
 echo "  writes closed windows to topic 'windows' (read with isolation.level=read_committed)"

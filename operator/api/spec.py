@@ -11,12 +11,12 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from job_runtime.jobdef import JobDefinition, Model, cel, format_validation_error
 from streamjob_operator.api.podtemplate import MAIN_CONTAINER, LocalObjectReference, PodTemplate
 from streamjob_operator.api.status import MAX_FAILURES
-from job_runtime.sparkconf import OWNED_CONFS
+from job_runtime.sparkconf import OWNED_CONFS, SECRET_EXEMPT_PATTERN, SECRET_KEY_PATTERN, SECRET_REFUSAL, carries_secret
 
 API_GROUP = "streamjob.io"
 API_VERSION = "v1alpha1"
@@ -28,6 +28,8 @@ SHORT_NAMES = ["sj"]
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
 MEMORY_PATTERN = r"^[0-9]+[kmgt]$"
 GO_DURATION_PATTERN = r"^([0-9]+(s|m|h|d))+$"
+# bounds the cost of the CEL rule that reads every sparkConf key
+MAX_SPARK_CONF = 256
 
 
 def owned_conf_rules() -> list[dict[str, Any]]:
@@ -47,6 +49,23 @@ def owned_conf_rules() -> list[dict[str, Any]]:
         }
         for owned in OWNED_CONFS
     ]
+
+
+def secret_conf_rule() -> dict[str, Any]:
+    """A CEL rule on spec.sparkConf refusing keys that carry credentials, naming the first such key.
+
+    The pattern is job_runtime.sparkconf's (RE2, as CEL's matches() wants);
+    parse_spec applies the same test to specs stored before the rule existed.
+    """
+    # CEL string literals: the patterns single-quoted, the message double-quoted
+    assert "'" not in SECRET_KEY_PATTERN + SECRET_EXEMPT_PATTERN and '"' not in SECRET_REFUSAL and "\\" not in SECRET_REFUSAL
+    secret = f"k.matches('{SECRET_KEY_PATTERN}') && !k.matches('{SECRET_EXEMPT_PATTERN}')"
+    return {
+        "rule": f"self.all(k, !({secret}))",
+        "message": f"a sparkConf key {SECRET_REFUSAL}",  # if the expression below cannot be evaluated
+        "messageExpression": f'"sparkConf[" + self.filter(k, {secret})[0] + "] {SECRET_REFUSAL}"',
+        "reason": "FieldValueForbidden",
+    }
 
 
 def file_checkpoint_rule() -> dict[str, Any]:
@@ -212,7 +231,7 @@ class StreamJobSpec(Model):
                     "savepointOnDelete needs spec.savepoint.location", ".deletion.savepointOnDelete"),
                 cel("!(self.checkpoint.location.startsWith('s3a://') || (has(self.savepoint)"
                     " && self.savepoint.location.startsWith('s3'))) || has(self.s3)",
-                    "s3a:// or s3:// locations need spec.s3 (endpoint and credentialsSecret)", ".s3"),
+                    "s3a:// or s3:// locations need spec.s3 (`s3: {}` means AWS with the pod's ambient credentials)", ".s3"),
                 cel("!has(self.initialSavepointPath) || self.initialSavepointPath.startsWith('s3')"
                     " || self.initialSavepointPath.startsWith('file://')",
                     "initialSavepointPath must be an s3://, s3a:// or file:// URI", ".initialSavepointPath"),
@@ -245,10 +264,23 @@ class StreamJobSpec(Model):
     )
     job: JobDefinition = Field(description="What to run: a Python entrypoint or a declarative pipeline.")
     spark_conf: dict[str, str] = Field(
-        default_factory=dict, alias="sparkConf",
+        default_factory=dict, alias="sparkConf", max_length=MAX_SPARK_CONF,
         description="Extra Spark configuration. Keys the runtime sets itself (" + ", ".join(c.key for c in OWNED_CONFS)
-        + ") are refused.",
+        + ") are refused, and so are keys that carry credentials (Spark's redaction words: secret, password, token, "
+        "access key; also private/account/encryption keys and sasl.jaas.config) unless they name a file, a provider "
+        "class or a mechanism: credentials "
+        "come only from Secrets (spec.s3.credentialsSecret, sasl.secretRef, a volume in spec.podTemplate).",
+        json_schema_extra={"x-kubernetes-validations": [secret_conf_rule()]},
     )
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _no_secrets(cls, conf: dict[str, str]) -> dict[str, str]:
+        # the CRD's rule, for specs stored before it (an operator upgrade): a condition, never a pod argument
+        for key in sorted(conf):
+            if carries_secret(key):
+                raise ValueError(f"sparkConf[{key}] {SECRET_REFUSAL}")
+        return conf
     driver: Resources = Field(default_factory=Resources, description="Driver resources.")
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec, description="Executor count and resources.")
     state_partitions: int = Field(

@@ -89,6 +89,36 @@ def mounted(path: str, kind: str = "hostPath") -> dict[str, Any]:
                      "volumes": [{"name": "state", kind: source}]}}
 
 
+# One key per kind of credential a Spark or Hadoop conf can carry.
+SECRET_CONF_KEYS = [
+    "spark.hadoop.fs.s3a.access.key",
+    "spark.hadoop.fs.s3a.secret.key",
+    "spark.hadoop.fs.s3a.session.token",
+    "spark.hadoop.fs.s3a.bucket.clicks.secret.key",  # per-bucket S3A settings
+    "spark.hadoop.fs.s3a.encryption.key",  # SSE-C
+    "spark.hadoop.fs.s3.awsSecretAccessKey",
+    "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net",
+    "spark.hadoop.fs.gs.auth.service.account.private.key",
+    "spark.ssl.keyStorePassword",
+    "spark.ssl.trustStorePassword",
+    "spark.ssl.keyPassword",
+    "spark.authenticate.secret",
+    "spark.kubernetes.authenticate.driver.oauthToken",
+    "spark.kafka.clusters.main.ssl.keystore.password",
+    "spark.kafka.clusters.main.sasl.jaas.config",
+    "spark.sql.catalog.lake.token",
+]
+# Keys that only say where or how a credential is found: accepted.
+CREDENTIAL_SETTINGS = {
+    "spark.hadoop.fs.s3a.aws.credentials.provider": "software.amazon.awssdk.auth.credentials.WebIdentityTokenFileCredentialsProvider",
+    "spark.hadoop.fs.s3a.delegation.token.binding": "org.apache.hadoop.fs.s3a.auth.delegation.SessionTokenBinding",
+    "spark.authenticate.secret.file": "/etc/spark-secret/secret",
+    "spark.kubernetes.authenticate.driver.oauthTokenFile": "/var/run/token",
+    "spark.kafka.clusters.main.sasl.token.mechanism": "SCRAM-SHA-512",
+    "spark.ssl.keyStoreType": "PKCS12",
+}
+
+
 def both(*mutations: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
     def mutate(obj: dict[str, Any]) -> None:
         for m in mutations:
@@ -182,6 +212,11 @@ INVALID = [
                      id=f"sparkConf {owned.key} owned by the runtime is refused")
         for owned in OWNED_CONFS
     ),
+    *(
+        # a credential in sparkConf would stand in the spec, in status.lastReconciledSpec and in the driver's arguments
+        pytest.param(spark_conf(key, "hunter2"), f"sparkConf[{key}] holds a credential", id=f"sparkConf {key} is refused")
+        for key in SECRET_CONF_KEYS
+    ),
 ]
 
 
@@ -205,6 +240,15 @@ def test_invalid_manifest_is_refused_naming_the_field(kubectl_run, streamjob_crd
     assert result.returncode != 0, f"accepted an invalid manifest:\n{yaml.safe_dump(obj)}"
     assert field in result.stderr, result.stderr
     assert kubectl_run("get", "sj", obj["metadata"]["name"], "-n", namespace, check=False).returncode != 0
+
+
+def test_settings_about_credentials_are_accepted_in_spark_conf(kubectl_run, streamjob_crd, namespace):
+    obj = base()
+    obj["spec"]["sparkConf"] = dict(CREDENTIAL_SETTINGS)
+    result = kubectl_run("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(obj), check=False)
+    assert result.returncode == 0, result.stderr
+    got = yaml.safe_load(kubectl_run("get", "sj", obj["metadata"]["name"], "-n", namespace, "-o", "yaml").stdout)
+    assert got["spec"]["sparkConf"] == CREDENTIAL_SETTINGS
 
 
 def test_kafka_sasl_by_secret_reference_is_accepted(kubectl_run, streamjob_crd, namespace):

@@ -75,3 +75,20 @@ def test_the_operations_guide_lists_every_owned_key():
     guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
     section = guide.split("## What is refused at apply time", 1)[1].split("\n## ", 1)[0]
     assert [k for k in crd_refusals() if f"`{k}`" not in section] == []
+
+
+def test_a_stored_spec_with_a_credential_in_spark_conf_does_not_parse():
+    """A spec stored before the CRD refused it (an operator upgrade) never reaches a driver's arguments."""
+    import copy
+
+    import yaml
+
+    from streamjob_operator.api.spec import SpecError, parse_spec
+
+    docs = yaml.safe_load_all((Path(__file__).resolve().parents[2] / "examples" / "s3-savepoints.yaml").read_text())
+    spec = copy.deepcopy(next(d for d in docs if d["kind"] == "StreamJob")["spec"])
+    parse_spec(spec)
+    spec["sparkConf"] = {"spark.hadoop.fs.s3a.aws.credentials.provider": "x", "spark.hadoop.fs.s3a.secret.key": "hunter2"}
+    with pytest.raises(SpecError, match=r"spec\.sparkConf: .*sparkConf\[spark\.hadoop\.fs\.s3a\.secret\.key\] holds a credential") as err:
+        parse_spec(spec)
+    assert "hunter2" not in str(err.value)
