@@ -16,7 +16,7 @@
 # with apt-get when they are missing. Called by scripts/bootstrap.sh.
 # Usage: build-images.sh [--base-only]
 # Prints the image store directory on stdout; progress goes to stderr.
-# Sizes and times: docs/images.md.
+# Sizes and times: docs/design/image-builds.md.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
