@@ -250,8 +250,8 @@ class StreamJobSpec(Model):
                                    description="Image pull policy of the driver and executor pods.")
     service_account_name: str | None = Field(
         default=None, alias="serviceAccountName",
-        description="Service account of the driver; it must be allowed to manage pods, services and configmaps "
-        "in the namespace (the Helm chart creates one). Defaults to '<name>-driver', created by the operator.",
+        description="Service account of the driver; it must be allowed to manage pods (its executors) and create "
+        "configmaps in the namespace (the Helm chart can create one). Defaults to '<name>-driver', created by the operator.",
     )
     image_pull_secrets: list[LocalObjectReference] | None = Field(
         default=None, alias="imagePullSecrets", max_length=16,
