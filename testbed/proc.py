@@ -33,7 +33,15 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """True when nothing listens on 127.0.0.1:`port`.
+
+    SO_REUSEADDR as the servers themselves set it (Go and Java do on Linux): a port whose
+    last connections are still in TIME_WAIT (a test bed stopped a moment ago) is free for
+    them, and must be for this check too, or `streamjob-testbed up` right after `down`
+    moves S3 off the 9000 the examples name.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
