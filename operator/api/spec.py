@@ -13,10 +13,11 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from job_runtime.jobdef import JobDefinition, Model, cel, format_validation_error
+from streamjob_contract.jobdef import JobDefinition
+from streamjob_contract.model import Model, cel, format_validation_error
 from streamjob_operator.api.podtemplate import MAIN_CONTAINER, LocalObjectReference, PodTemplate
 from streamjob_operator.api.status import MAX_FAILURES
-from job_runtime.sparkconf import OWNED_CONFS
+from streamjob_contract.sparkconf import OWNED_CONFS
 
 API_GROUP = "streamjob.io"
 API_VERSION = "v1alpha1"

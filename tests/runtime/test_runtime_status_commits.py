@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime import checkpoint
+from streamjob_contract import checkpoint
 from job_runtime.runner import Runner
 
 

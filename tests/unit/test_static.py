@@ -27,13 +27,14 @@ def test_import_contracts_are_kept():
 
 def test_operator_and_runtime_are_type_clean(tmp_path):
     # mypy resolves packages by path: give it the installed names
+    (tmp_path / "streamjob_contract").symlink_to(REPO / "contract")
     (tmp_path / "streamjob_operator").symlink_to(REPO / "operator")
     (tmp_path / "job_runtime").symlink_to(REPO / "job_runtime")
     (tmp_path / "streamjob_cli").symlink_to(REPO / "cli")
     env = dict(os.environ, MYPYPATH=str(tmp_path))
     result = subprocess.run(
         [str(BIN / "mypy"), "--config-file", str(REPO / "pyproject.toml"), "--cache-dir", str(tmp_path / ".mypy_cache"),
-         "-p", "streamjob_operator", "-p", "job_runtime", "-p", "streamjob_cli"],
+         "-p", "streamjob_contract", "-p", "streamjob_operator", "-p", "job_runtime", "-p", "streamjob_cli"],
         capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
