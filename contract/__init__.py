@@ -15,3 +15,10 @@ pyproject.toml says so). boto3 is imported, lazily, by the storage readers (``s3
 - ``httpserve``: the bounded HTTP server of the driver's control endpoint and the operator's
   health and metrics endpoints (one implementation of the bounds both promise).
 """
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("streamjob")  # the one place it is set: pyproject.toml [project] version
+except PackageNotFoundError:  # imported from a source tree that is not installed
+    __version__ = "0+unknown"
