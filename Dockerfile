@@ -42,6 +42,7 @@ RUN --mount=type=cache,id=streamjob-pip,target=/root/.cache/pip,sharing=locked \
 FROM python AS wheel
 COPY pyproject.toml README.md /build/src/
 COPY operator /build/src/operator
+COPY contract /build/src/contract
 COPY job_runtime /build/src/job_runtime
 COPY cli /build/src/cli
 COPY testbed /build/src/testbed
@@ -95,7 +96,7 @@ RUN pip install --no-deps --no-cache-dir /build/dist/streamjob-*.whl \
  && rm -rf "$site/testbed" "$VIRTUAL_ENV/bin/streamjob-testbed" /build \
  && mkdir -p /opt/streamjob \
  && ln -s "$site/job_runtime/driver.py" /opt/streamjob/driver.py \
- && python3 -m compileall -q "$site/job_runtime" "$site/streamjob_operator" "$site/streamjob_cli"
+ && python3 -m compileall -q "$site/streamjob_contract" "$site/job_runtime" "$site/streamjob_operator" "$site/streamjob_cli"
 WORKDIR /opt/spark/work-dir
 USER 185:185
 ENTRYPOINT ["/opt/entrypoint.sh"]

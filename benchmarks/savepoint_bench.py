@@ -31,8 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from job_runtime import checkpoint as ckpt
-from job_runtime.s3 import S3Config
+from streamjob_contract import checkpoint as ckpt
+from streamjob_contract.s3 import S3Config
 from job_runtime.savepoint import write_savepoint
 from testbed import locate
 from testbed.s3 import start_s3

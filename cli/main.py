@@ -20,7 +20,6 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import click
-from rich import box
 from rich.console import Console
 from rich.table import Table as RichTable
 
@@ -360,7 +359,7 @@ def logs(kube: Kube, name: str, follow: bool, tail: int | None) -> None:
 @output_option
 def inspect(connect: Callable[[], Kube], savepoint_uri: str, job_name: str | None, no_checksums: bool, output: str) -> None:
     """Read a savepoint's manifest from S3 (read-only) and validate it with the runtime's validator."""
-    from job_runtime.savepoint import SavepointError
+    from streamjob_contract.savepoint_manifest import SavepointError
 
     from . import savepoints
 

@@ -1,5 +1,5 @@
 """Reading savepoints for ``inspect`` and ``history --sizes``: read-only, with the runtime's
-own manifest reader and validator (``job_runtime.savepoint``).
+own manifest reader and validator (``streamjob_contract.savepoints``).
 
 Called by ``streamjob_cli.main``. S3 settings come from the environment (``AWS_*``,
 as boto3 and ``streamjob-savepoints`` read them) or, with ``--job NAME``, from that
@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from job_runtime import savepoint as sp
-from job_runtime.s3 import S3Config
+from streamjob_contract import savepoints as sp
+from streamjob_contract.s3 import S3Config
+from streamjob_contract.savepoint_manifest import SavepointError
 
 from .kube import CliError, Kube, job_ref
 
@@ -43,7 +44,7 @@ def s3_config(kube: Kube | None, job_name: str | None) -> S3Config:
 def inspect(uri: str, config: S3Config, *, verify_checksums: bool) -> dict[str, Any]:
     """The manifest, validated (files present, sizes and, unless told not to, SHA-256).
 
-    Raises ``job_runtime.savepoint.SavepointError`` (its message names the file) when the
+    Raises ``streamjob_contract.savepoint_manifest.SavepointError`` (its message names the file) when the
     savepoint is refused."""
     manifest = sp.validate_savepoint(uri, None, verify_checksums=verify_checksums, s3_config=config)
     return {
@@ -71,6 +72,6 @@ def sizes(paths: list[str], config: S3Config) -> dict[str, int | None]:
     for path in paths:
         try:
             out[path] = sp.inspect_savepoint(path, s3_config=config).total_bytes
-        except sp.SavepointError:
+        except SavepointError:
             out[path] = None
     return out

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from job_runtime.jobdef import Sink, Source
+from streamjob_contract.jobdef import Sink, Source
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -24,7 +24,7 @@ The confinement rule is job_runtime.savepoint_target's; the writer refuses a
 target holding anything but an incomplete savepoint of ours (job_runtime.savepoint).
 
 Held connections: a deadline per request and at most `max_connections` at once
-(job_runtime.httpserve, shared with the operator's health endpoints). Bodies are
+(streamjob_contract.httpserve, shared with the operator's health endpoints). Bodies are
 limited to MAX_BODY_BYTES (413).
 """
 
@@ -38,7 +38,7 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Protocol
 
-from job_runtime.httpserve import MAX_CONNECTIONS, REQUEST_TIMEOUT_SECONDS, BoundedHandler, BoundedHTTPServer
+from streamjob_contract.httpserve import MAX_CONNECTIONS, REQUEST_TIMEOUT_SECONDS, BoundedHandler, BoundedHTTPServer
 
 log = logging.getLogger("job_runtime.control")
 

@@ -37,14 +37,14 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from job_runtime import checkpoint
+from streamjob_contract import checkpoint
 from job_runtime.pinning import latest_planned_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from job_runtime.s3 import S3Config
+    from streamjob_contract.s3 import S3Config
 
 log = logging.getLogger("job_runtime.drain")
 

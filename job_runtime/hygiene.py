@@ -47,7 +47,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from job_runtime.s3 import Location, LocationError, parse_location
+from streamjob_contract.s3 import Location, LocationError, parse_location
 
 PRUNING_MARKER = "_streamjob_pruning.json"  # written into a run directory before anything in it is deleted
 RUN_DIR = re.compile(r"^run-(0|[1-9][0-9]{0,17})$")

@@ -30,8 +30,9 @@ from typing import Any
 
 from job_runtime import hygiene
 from job_runtime.ownership import OWNER_FILE, CheckpointOwnedError, parse_owner
-from job_runtime.s3 import Location, S3Config, Store, parse_location
-from job_runtime.savepoint import DELETING_MARKER, IN_PROGRESS_MARKER, MANIFEST_NAME, delete_savepoint
+from streamjob_contract.s3 import Location, S3Config, Store, parse_location
+from streamjob_contract.savepoint_manifest import DELETING_MARKER, IN_PROGRESS_MARKER, MANIFEST_NAME
+from streamjob_contract.savepoints import delete_savepoint
 from job_runtime.settings import RuntimeSettings
 
 log = logging.getLogger("job_runtime.janitor")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from job_runtime.context import JobContext
-from job_runtime.jobdef import JobDefinition, JobDefinitionError
+from streamjob_contract.jobdef import JobDefinition, JobDefinitionError
 from job_runtime.pipeline import _analysis_errors, _first_line, build_pipeline
 from job_runtime.settings import RuntimeSettings
 
@@ -42,7 +42,8 @@ def load_entrypoint(job: JobDefinition) -> Entrypoint:
     function = getattr(module, function_name, None)
     if not callable(function):
         raise JobDefinitionError(f"job.entrypoint {job.entrypoint!r}: module {module_name!r} has no function {function_name!r}")
-    return function
+    entrypoint: Callable[[JobContext], Any] = function
+    return entrypoint
 
 
 def make_context(spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings, once: bool = False) -> JobContext:

@@ -2,7 +2,7 @@
 
 The operator puts each Kafka client's user name and password into the driver's
 environment from the Secret the spec names (valueFrom.secretKeyRef, variables
-named by job_runtime.jobdef.sasl_env); this module turns them into the
+named by streamjob_contract.jobdef.sasl_env); this module turns them into the
 settings of the two kinds of client, in memory only:
 
 - librdkafka (confluent-kafka: the exactly-once sink's producer and marker
@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from job_runtime.jobdef import KafkaSasl, SaslMechanism, sasl_env
+from streamjob_contract.jobdef import KafkaSasl, SaslMechanism, sasl_env
 
 CHECK_TIMEOUT = 30.0  # seconds for the preflight metadata request
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from job_runtime import kafka_auth, testhooks
-from job_runtime.jobdef import Delivery, KafkaSink
+from streamjob_contract.jobdef import Delivery, KafkaSink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

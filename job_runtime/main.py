@@ -4,7 +4,7 @@ Called by the driver container (directly, or through spark-submit via
 job_runtime/driver.py) with the arguments the operator renders; by tests as a
 subprocess. Parses and checks everything that can be checked without Spark,
 then hands over to job_runtime.runner.Runner and exits with its code
-(job_runtime.exitcodes). A usage error exits INVALID_JOB (12), not argparse's 2.
+(streamjob_contract.exitcodes). A usage error exits INVALID_JOB (12), not argparse's 2.
 
 Commands:
     run        run a job (see `streamjob-runtime run --help`)
@@ -24,8 +24,8 @@ import threading
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from job_runtime.exitcodes import ExitCode, classify
-from job_runtime.jobdef import JobDefinitionError, dump_job_definition, load_job_definition
+from streamjob_contract.exitcodes import ExitCode
+from streamjob_contract.jobdef import JobDefinitionError, dump_job_definition, load_job_definition
 from job_runtime.settings import AVAILABLE_NOW, RuntimeSettings, S3Settings, SettingsError, validate
 
 log = logging.getLogger("job_runtime.main")
@@ -168,7 +168,7 @@ def _invalid(message: str, termination_file: Path | None = None) -> int:
     print(f"streamjob-runtime: {message}", file=sys.stderr, flush=True)
     write_termination_message(
         termination_file,
-        {"exitCode": int(ExitCode.INVALID_JOB), "outcome": classify(ExitCode.INVALID_JOB).value, "message": message},
+        {"exitCode": int(ExitCode.INVALID_JOB), "outcome": ExitCode.INVALID_JOB.outcome, "message": message},
     )
     return ExitCode.INVALID_JOB
 
@@ -176,7 +176,7 @@ def _invalid(message: str, termination_file: Path | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     from job_runtime.control import ControlServer
     from job_runtime.runner import Runner
-    from job_runtime.s3 import S3Config
+    from streamjob_contract.s3 import S3Config
     from job_runtime.session import engine_conf
 
     try:
@@ -217,12 +217,12 @@ def run(args: argparse.Namespace) -> int:
         settings.termination_message_file,
         {
             "exitCode": int(code),
-            "outcome": classify(code).value,
+            "outcome": ExitCode.of(code).outcome,
             "message": runner.last_error or runner.state.value,
             "savepoint": savepoint,
         },
     )
-    log.info("exiting job=%s exitCode=%d outcome=%s", settings.job_id, int(code), classify(code).value)
+    log.info("exiting job=%s exitCode=%d outcome=%s", settings.job_id, int(code), ExitCode.of(code).outcome)
     # Later signals must not interrupt the shutdown below.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -30,7 +30,7 @@ import logging
 import re
 from dataclasses import dataclass
 
-from job_runtime.s3 import S3Config, Store, parse_location
+from streamjob_contract.s3 import S3Config, Store, parse_location
 
 log = logging.getLogger("job_runtime.nonrestored")
 

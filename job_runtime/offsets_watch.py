@@ -19,7 +19,7 @@ import logging
 import time
 from typing import Any
 
-from job_runtime.jobdef import JobDefinition, SourceKind, declared_sources
+from streamjob_contract.jobdef import JobDefinition, SourceKind, declared_sources
 
 log = logging.getLogger("job_runtime.runner")
 

@@ -2,13 +2,13 @@
 
 Called by job_runtime.runner first thing on every start (with --owner-uid, the
 StreamJob's metadata.uid), before any other code or Spark touches the
-checkpoint. Works on file:// and s3a:// through job_runtime.s3.Store.
+checkpoint. Works on file:// and s3a:// through streamjob_contract.s3.Store.
 
 The marker is ``<checkpoint>/_streamjob_owner.json``: namespace, name, uid and
 when it was written. Absent: written (exclusively: a conditional create, so of
 two jobs starting at once on an empty location one wins). Same uid: fine.
 Another uid: refused, naming the owning job. Savepoints never copy it
-(job_runtime.checkpoint leaves ``_streamjob_*`` files out) and a restore keeps
+(streamjob_contract.checkpoint leaves ``_streamjob_*`` files out) and a restore keeps
 the target's own, so a savepoint restored by another job never carries the old
 owner; the restoring job claims its fresh checkpoint before the restore.
 
@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from job_runtime.s3 import S3Config, Store, parse_location
+from streamjob_contract.s3 import S3Config, Store, parse_location
 
 log = logging.getLogger("job_runtime.ownership")
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 
-from job_runtime.checkpoint import batch_id_of, is_hidden, open_store, read_offset_log
-from job_runtime.s3 import S3Config
+from streamjob_contract.checkpoint import batch_id_of, is_hidden, open_store, read_offset_log
+from streamjob_contract.s3 import S3Config
 
 log = logging.getLogger("job_runtime.pinning")
 

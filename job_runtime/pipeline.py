@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from job_runtime.jobdef import (
+from streamjob_contract.jobdef import (
     EventTime, JobDefinition, JobDefinitionError, Pipeline, Sink, SinkFormat, SinkKind, Source, SourceKind, Transform,
     declared_sink, declared_sources,
 )

@@ -3,7 +3,7 @@
 Called by job_runtime.runner on every start, before the state-partition pin is
 read and before the query starts (skipped while a restore is unfinished: the
 restore redoes the whole checkpoint). Works on file:// and s3a:// through
-job_runtime.s3.Store.
+streamjob_contract.s3.Store.
 
 A driver can die at any instant. Spark writes every checkpoint file atomically
 (a hidden temporary file renamed into place; on S3 one PUT, or a temporary
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from job_runtime.s3 import Location, S3Config, Store, parse_location
+from streamjob_contract.s3 import Location, S3Config, Store, parse_location
 
 log = logging.getLogger("job_runtime.recovery")
 

@@ -34,16 +34,18 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from job_runtime import checkpoint, janitor, jobs, nonrestored, ownership, pipeline, recovery
-from job_runtime.exitcodes import ExitCode
-from job_runtime.jobdef import JobDefinition, JobDefinitionError
+from job_runtime import janitor, jobs, nonrestored, ownership, pipeline, recovery
+from streamjob_contract import checkpoint
+from streamjob_contract.exitcodes import ExitCode
+from streamjob_contract.jobdef import JobDefinition, JobDefinitionError
 from job_runtime.pinning import StateIncompatibleError, check_state_partitions
 from job_runtime.query_errors import describe, interrupted_by_stop
 from job_runtime.offsets_watch import OffsetsWatch, kafka_offsets_deadline
-from job_runtime.s3 import LocationError, S3Config
+from streamjob_contract.s3 import LocationError, S3Config
 from job_runtime.runner_savepoints import Command, SavepointCommand, SavepointOps, SavepointRecord, StopCommand
 from job_runtime.settings import RuntimeSettings
-from job_runtime.status import LateRowsTotal, RunState, progress_fields
+from job_runtime.status import LateRowsTotal, progress_fields
+from streamjob_contract.runtime_status import RunState, RuntimeStatus
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -119,7 +121,8 @@ class Runner(SavepointOps):
             late_rows_total = self._late_rows.total
             active = self._active_savepoint.to_json() if self._active_savepoint else None
             latest = list(self._savepoints.values())[-1].to_json() if self._savepoints else None
-        return {
+        # the contract type the operator reads it with (streamjob_contract.runtime_status) checks every field
+        return RuntimeStatus.checked({
             "job": self.settings.job_id,
             "state": self._state.value,
             "queryId": query_id,
@@ -141,7 +144,7 @@ class Runner(SavepointOps):
             "savepointInProgress": active,
             "lastSavepoint": latest,
             "storage": self._janitor.report() if self._janitor is not None else None,
-        }
+        })
 
     def _running_tasks(self) -> dict[str, int] | None:
         """Tasks running now per executor id (Spark's task scheduler), None when it cannot say."""
@@ -314,7 +317,7 @@ class Runner(SavepointOps):
 
     def _restore_needed(self) -> bool:
         """True when --restore-from is set and the checkpoint has no commits (or an unfinished restore)."""
-        from job_runtime.savepoint import RESTORE_MARKER
+        from streamjob_contract.savepoint_manifest import RESTORE_MARKER
 
         uri = self.settings.restore_from
         if uri is None:

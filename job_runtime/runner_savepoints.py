@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from job_runtime import drain
 from job_runtime.control import ControlError
-from job_runtime.exitcodes import ExitCode
-from job_runtime.jobdef import JobDefinition
+from streamjob_contract.exitcodes import ExitCode
+from streamjob_contract.jobdef import JobDefinition
 from job_runtime.query_errors import describe
-from job_runtime.s3 import S3Config
+from streamjob_contract.s3 import S3Config
 from job_runtime.savepoint_target import SavepointPathError, confine
 from job_runtime.settings import RuntimeSettings
-from job_runtime.status import RunState, SavepointState
+from streamjob_contract.runtime_status import RunState, SavepointState
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

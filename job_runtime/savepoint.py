@@ -1,10 +1,12 @@
-"""Savepoints: portable, self-describing copies of a checkpoint at a committed batch.
+"""Writing and restoring savepoints: portable, self-describing copies of a checkpoint at a committed batch.
 
 Called by the runtime in the driver (stop-with-savepoint, savepoint-while-running,
-restore before start), by the operator (list, inspect, validate, prune with
-``delete_savepoint``) and by ``job_runtime.savepoint_cli``. No pyspark import here:
-the operator uses this module without a JVM. Only a restore that changes the state
-partition count needs Spark, and receives the session from its caller.
+restore before start) and by ``job_runtime.savepoint_cli``. Reading, validating and
+deleting savepoints, and their format, live in the contract package
+(``streamjob_contract.savepoints``, ``streamjob_contract.savepoint_manifest``), which the
+operator and the CLI use; this module re-exports them, so the runtime and its tests have
+the whole savepoint API in one name. No pyspark import here: only a restore that changes
+the state partition count needs Spark, and receives the session from its caller.
 
 A savepoint is a directory: the checkpoint files at their checkpoint-relative paths
 plus ``_savepoint.json``, the manifest, written last. No manifest, no savepoint.
@@ -25,16 +27,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-from job_runtime import checkpoint as ckpt
-from job_runtime.s3 import Location, S3Config, Store, StoredFile, parse_location
-from job_runtime.savepoint_manifest import (  # noqa: F401  (re-exported: the savepoint API)
+from streamjob_contract import checkpoint as ckpt
+from streamjob_contract.s3 import Location, S3Config, Store, StoredFile, parse_location
+from streamjob_contract.savepoint_manifest import (  # noqa: F401  (re-exported: the savepoint API)
     DELETING_MARKER,
     FORMAT_VERSION,
     IN_PROGRESS_MARKER,
@@ -58,15 +57,17 @@ from job_runtime.savepoint_manifest import (  # noqa: F401  (re-exported: the sa
     build_manifest,
     parse_manifest,
 )
-from job_runtime.savepoint_transfer import Transfer, sha256_file, sha256_object, stored_sha256
+from streamjob_contract.savepoints import (  # noqa: F401  (re-exported: the savepoint API)
+    delete_savepoint,
+    inspect_savepoint,
+    list_savepoints,
+    unfinished_restore,
+    validate_savepoint,
+)
+from streamjob_contract.savepoints import check_listing, client_for, read_manifest, read_restore_marker
+from job_runtime.savepoint_transfer import Transfer
 
 log = logging.getLogger(__name__)
-
-
-def _client_for(*locations: Location, s3_config: S3Config | None) -> tuple[S3Config, Any | None]:
-    config = s3_config or S3Config.from_env()
-    needs = any(loc.scheme == "s3" for loc in locations)
-    return config, config.client() if needs else None
 
 
 def _without_inflight_ssts(src: Store, files: list[StoredFile]) -> list[StoredFile]:
@@ -118,7 +119,7 @@ def write_savepoint(
     """
     src_loc = parse_location(checkpoint_location)
     dst_loc = parse_location(savepoint_uri)
-    config, client = _client_for(src_loc, dst_loc, s3_config=s3_config)
+    config, client = client_for(src_loc, dst_loc, s3_config=s3_config)
     src, dst = Store(src_loc, client), Store(dst_loc, client)
 
     listing = [f for f in src.list() if not ckpt.is_hidden(f.path)]
@@ -203,159 +204,6 @@ def _claim_target(dst: Store, uri: str, job_namespace: str, job_name: str) -> No
         raise SavepointTargetNotEmptyError(uri, "another savepoint writer claimed this target at the same moment")
 
 
-def _read_manifest(store: Store, uri: str) -> Manifest:
-    try:
-        data = store.read_bytes(MANIFEST_NAME)
-    except FileNotFoundError as exc:
-        raise SavepointNotFoundError(uri, f"no {MANIFEST_NAME}: not a completed savepoint") from exc
-    return parse_manifest(uri, data)
-
-
-def inspect_savepoint(uri: str, *, s3_config: S3Config | None = None) -> Manifest:
-    """The manifest of a savepoint (schema-checked; files are not checked)."""
-    loc = parse_location(uri)
-    _, client = _client_for(loc, s3_config=s3_config)
-    return _read_manifest(Store(loc, client), uri)
-
-
-def list_savepoints(prefix: str, *, s3_config: S3Config | None = None) -> list[SavepointSummary]:
-    """Savepoints with a manifest anywhere below ``prefix``, newest first. Directories
-    without a manifest (in progress or abandoned) and unreadable manifests are skipped."""
-    loc = parse_location(prefix)
-    _, client = _client_for(loc, s3_config=s3_config)
-    store = Store(loc, client)
-    found: list[SavepointSummary] = []
-    for f in store.list():
-        if f.path != MANIFEST_NAME and not f.path.endswith("/" + MANIFEST_NAME):
-            continue
-        directory = f.path[: -len(MANIFEST_NAME)].rstrip("/")
-        sp_loc = loc.child(directory) if directory else loc
-        try:
-            m = _read_manifest(Store(sp_loc, client), sp_loc.uri)
-        except SavepointError as exc:
-            log.warning("Skipped savepoint uri=%s reason=%s", sp_loc.uri, exc.detail)
-            continue
-        found.append(
-            SavepointSummary(
-                uri=sp_loc.uri, job_name=m.job.name, job_namespace=m.job.namespace, job_hash=m.job.hash,
-                batch_id=m.batch_id, created_at=m.created_at, state_partitions=m.state_partitions,
-                file_count=len(m.files), total_bytes=m.total_bytes,
-            )
-        )
-    found.sort(key=lambda s: (s.created_at, s.uri), reverse=True)
-    return found
-
-
-def delete_savepoint(uri: str, *, s3_config: S3Config | None = None) -> int:
-    """Deletes a savepoint: the manifest first (so a half-deleted one is never taken for
-    complete), then the files it lists, and nothing else. Returns how many files went.
-
-    Refused (``SavepointNotFoundError``, ``ManifestInvalidError``) unless ``uri`` holds a
-    valid manifest: a checkpoint, a prefix of savepoints or a foreign directory is never
-    deleted. Nothing at all at ``uri`` (deleted already) is a no-op returning 0. A copy of the manifest (``DELETING_MARKER``) is written before the manifest
-    goes, so a delete that was interrupted is finished by running it again. Files the
-    manifest does not list stay, and are logged.
-    """
-    loc = parse_location(uri)
-    _, client = _client_for(loc, s3_config=s3_config)
-    store = Store(loc, client)
-    try:
-        data = store.read_bytes(MANIFEST_NAME)
-    except FileNotFoundError:
-        try:
-            data = store.read_bytes(DELETING_MARKER)
-        except FileNotFoundError as exc:
-            if next(iter(store.list()), None) is None:
-                log.info("Deleted savepoint uri=%s files=0 reason=nothing there (deleted already)", uri)
-                return 0
-            raise SavepointNotFoundError(
-                uri, f"no {MANIFEST_NAME}: not a completed savepoint, refusing to delete anything here"
-            ) from exc
-        log.warning("Resuming interrupted delete uri=%s", uri)
-    manifest = parse_manifest(uri, data)
-    store.write_bytes(DELETING_MARKER, data, content_type="application/json")
-    store.delete([MANIFEST_NAME])
-    listed = [f.path for f in manifest.files]
-    store.delete([*listed, IN_PROGRESS_MARKER])
-    store.delete([DELETING_MARKER])
-    if loc.scheme == "file":
-        _remove_empty_dirs(Path(loc.path))
-    left = [f.path for f in store.list()]
-    if left:
-        log.warning("Kept files the manifest does not list uri=%s files=%d first=%s", uri, len(left), left[0])
-    log.info("Deleted savepoint uri=%s files=%d", uri, len(listed) + 1)
-    return len(listed) + 1
-
-
-def _remove_empty_dirs(root: Path) -> None:
-    """Removes the empty directories below ``root`` and ``root`` itself if empty; never a file."""
-    if not root.is_dir():
-        return
-    for dirpath, _dirnames, _files in sorted(os.walk(root), key=lambda t: -len(t[0])):
-        try:
-            os.rmdir(dirpath)
-        except OSError:  # not empty: something the manifest did not list
-            pass
-
-
-def _check_partitions(uri: str, manifest: Manifest, expected: int | None) -> None:
-    if expected is not None and expected != manifest.state_partitions:
-        raise StatePartitionMismatchError(
-            uri, f"state partitions {manifest.state_partitions} in savepoint, job asks for {expected}"
-        )
-
-
-def _check_listing(uri: str, store: Store, manifest: Manifest) -> dict[str, int]:
-    present = {f.path: f.size for f in store.list()}
-    for f in manifest.files:
-        size = present.get(f.path)
-        if size is None:
-            raise SavepointFileMissingError(uri, f"file {f.path}: missing (manifest lists {len(manifest.files)} files)")
-        if size != f.size:
-            raise SavepointFileSizeError(uri, f"file {f.path}: size mismatch (manifest {f.size} bytes, found {size})")
-    return present
-
-
-def validate_savepoint(
-    uri: str,
-    expected_state_partitions: int | None = None,
-    *,
-    verify_checksums: bool = True,
-    s3_config: S3Config | None = None,
-) -> Manifest:
-    """Checks the manifest (presence, schema), every file (presence, size and, unless
-    ``verify_checksums`` is False, SHA-256) and the state-partition count.
-
-    On S3 the checksum is the full-object SHA-256 the store recorded when the file was
-    written with one (every file this module writes below the multipart threshold),
-    read with one HEAD; otherwise the object is streamed and hashed.
-    """
-    loc = parse_location(uri)
-    config, client = _client_for(loc, s3_config=s3_config)
-    store = Store(loc, client)
-    manifest = _read_manifest(store, uri)
-    _check_partitions(uri, manifest, expected_state_partitions)
-    _check_listing(uri, store, manifest)
-    if verify_checksums:
-
-        def digest_of(f: ManifestFile) -> str:
-            if loc.scheme == "file":
-                return sha256_file(store.local_path(f.path))
-            _, stored = stored_sha256(client, loc.bucket, store.key(f.path))
-            return stored or sha256_object(client, loc.bucket, store.key(f.path))
-
-        with ThreadPoolExecutor(max_workers=config.max_concurrency, thread_name_prefix="savepoint-verify") as pool:
-            results = {f.path: pool.submit(digest_of, f) for f in manifest.files}
-            for f in manifest.files:
-                found = results[f.path].result()
-                if found != f.sha256:
-                    raise SavepointChecksumError(
-                        uri, f"file {f.path}: checksum mismatch (manifest sha256 {f.sha256[:12]}…, found {found[:12]}…)"
-                    )
-    log.info("Validated savepoint uri=%s batch_id=%d files=%d checksums=%s", uri, manifest.batch_id, len(manifest.files), verify_checksums)
-    return manifest
-
-
 def _spark_location(loc: Location) -> str:
     """The spelling Spark's Hadoop file systems accept: ``s3a://`` for S3, ``file://`` for disk."""
     return f"s3a://{loc.bucket}/{loc.path}" if loc.scheme == "s3" else f"file://{loc.path}"
@@ -401,10 +249,10 @@ def restore_savepoint(
     """
     sp_loc = parse_location(uri)
     target_loc = parse_location(checkpoint_location)
-    config, client = _client_for(sp_loc, target_loc, s3_config=s3_config)
+    config, client = client_for(sp_loc, target_loc, s3_config=s3_config)
     source, target = Store(sp_loc, client), Store(target_loc, client)
 
-    manifest = _read_manifest(source, uri)
+    manifest = read_manifest(source, uri)
     repartition = expected_state_partitions != manifest.state_partitions
     if repartition:
         if spark is None:
@@ -420,12 +268,12 @@ def restore_savepoint(
                 f"Spark repartitions only after a committed last batch, and batch {manifest.planned_batch_id} was "
                 "planned but never committed; restore with the same partitions first, or allow dropping that batch",
             )
-    _check_listing(uri, source, manifest)
+    check_listing(uri, source, manifest)
 
     existing = [f.path for f in target.list()]
     committed = ckpt.committed_batches(existing)
     if committed:
-        marker = _read_marker(target)
+        marker = read_restore_marker(target)
         if marker != uri:
             raise RestoreTargetNotEmptyError(
                 checkpoint_location,
@@ -480,28 +328,15 @@ def _belongs_to_batch(path: str, batch: int) -> bool:
     return ckpt.state_version_of(path) == batch + 1
 
 
-def unfinished_restore(checkpoint_location: str, *, s3_config: S3Config | None = None) -> str | None:
-    """The savepoint whose restore into this checkpoint location never finished, or None."""
-    loc = parse_location(checkpoint_location)
-    _, client = _client_for(loc, s3_config=s3_config)
-    store = Store(loc, client)
-    if not store.exists(RESTORE_MARKER):
-        return None
-    return _read_marker(store) or "(unreadable marker)"
-
-
-def _read_marker(store: Store) -> str | None:
-    try:
-        raw = json.loads(store.read_bytes(RESTORE_MARKER))
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    value = raw.get("savepoint") if isinstance(raw, dict) else None
-    return value if isinstance(value, str) else None
-
-
 __all__ = [
+    "DELETING_MARKER",
+    "FORMAT_VERSION",
+    "IN_PROGRESS_MARKER",
     "MANIFEST_NAME",
+    "MULTIPART_THRESHOLD",
+    "RESTORE_MARKER",
     "CheckpointSourceError",
+    "JobRef",
     "Manifest",
     "ManifestFile",
     "ManifestInvalidError",

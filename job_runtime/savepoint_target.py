@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from job_runtime.s3 import Location, LocationError, parse_location
+from streamjob_contract.s3 import Location, LocationError, parse_location
 
 
 class SavepointPathError(ValueError):

@@ -14,38 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from job_runtime import testhooks
-from job_runtime.s3 import S3Config, Store, StoredFile
-from job_runtime.savepoint_manifest import (
+from streamjob_contract.savepoints import sha256_file, sha256_object
+from streamjob_contract.s3 import S3Config, Store, StoredFile
+from streamjob_contract.savepoint_manifest import (
     CHUNK,
     MULTIPART_THRESHOLD,
     SavepointChecksumError,
     b64_from_hex,
     hex_from_b64,
 )
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def sha256_object(client: Any, bucket: str, key: str) -> str:
-    digest = hashlib.sha256()
-    body = client.get_object(Bucket=bucket, Key=key)["Body"]
-    for chunk in body.iter_chunks(CHUNK):
-        digest.update(chunk)
-    return digest.hexdigest()
-
-
-def stored_sha256(client: Any, bucket: str, key: str) -> tuple[int, str | None]:
-    """Size and the full-object SHA-256 the store kept for an object, if it kept one."""
-    head = client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
-    value = head.get("ChecksumSHA256")
-    full = value and head.get("ChecksumType", "FULL_OBJECT") == "FULL_OBJECT" and "-" not in value
-    return int(head["ContentLength"]), hex_from_b64(value) if full else None
 
 
 class Transfer:

@@ -10,7 +10,7 @@ What is set and why:
 - spark.sql.shuffle.partitions = state partitions. Spark pins it into the
   checkpoint's offset log on the first batch and ignores the conf afterwards;
   job_runtime.pinning refuses a run whose request differs from the pin.
-- A --conf that sets a key the runtime owns (job_runtime.sparkconf) is
+- A --conf that sets a key the runtime owns (streamjob_contract.sparkconf) is
   refused, whatever its value; the CRD refuses the same keys at apply time.
 - s3a: endpoint, region, path style; credentials only from the environment
   (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY), never written into a conf.
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from job_runtime.settings import RuntimeSettings, SettingsError
-from job_runtime.sparkconf import owned
+from streamjob_contract.sparkconf import owned
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from job_runtime.jobdef import DURATION_PATTERN
+from streamjob_contract.jobdef import DURATION_PATTERN
 
 AVAILABLE_NOW = "available-now"
 

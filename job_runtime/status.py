@@ -1,40 +1,15 @@
 """Status figures from a StreamingQuery's last progress report.
 
 Called by job_runtime.runner to answer GET /status. Pure: a progress dict (as
-Spark's `StreamingQueryProgress.json`) in, the status fields out.
+Spark's `StreamingQueryProgress.json`) in, the status fields out (the payload's
+type is ``streamjob_contract.runtime_status.RuntimeStatus``).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from enum import Enum
 from typing import Any
 
-
-class RunState(str, Enum):
-    """Lifecycle of the runtime, as /status and /healthz report it."""
-
-    STARTING = "STARTING"
-    RESTORING = "RESTORING"
-    RUNNING = "RUNNING"
-    SAVEPOINTING = "SAVEPOINTING"  # stop-with-savepoint: query stopped, savepoint being written
-    STOPPING = "STOPPING"
-    STOPPED = "STOPPED"
-    FINISHED = "FINISHED"
-    FAILED = "FAILED"
-
-
-class SavepointState(str, Enum):
-    IN_PROGRESS = "IN_PROGRESS"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-
-
-def watermark_ms(value: str | None) -> int | None:
-    """Spark's ISO-8601 watermark ('1970-01-01T00:00:15.000Z') as epoch milliseconds."""
-    if not value:
-        return None
-    return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+from streamjob_contract.runtime_status import watermark_ms
 
 
 def _number(value: Any) -> float | None:

@@ -20,7 +20,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from job_runtime.httpserve import BoundedHandler, BoundedHTTPServer
+from streamjob_contract.httpserve import BoundedHandler, BoundedHTTPServer
 
 log = logging.getLogger(__name__)
 

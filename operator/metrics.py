@@ -26,8 +26,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from job_runtime.httpserve import BoundedHandler, BoundedHTTPServer
-from job_runtime.status import watermark_ms
+from streamjob_contract.httpserve import BoundedHandler, BoundedHTTPServer
+from streamjob_contract.runtime_status import watermark_ms
 from streamjob_operator.api.status import LifecycleState, StreamJobStatus
 from streamjob_operator.reconcile.model import Event
 
@@ -321,7 +321,7 @@ class _MetricsHandler(BoundedHandler):
 
 def serve(address: str) -> BoundedHTTPServer:
     """Serves /metrics on HOST:PORT in a daemon thread, with the health endpoints' bounds
-    (job_runtime.httpserve: a deadline per request, a bounded number of connections)."""
+    (streamjob_contract.httpserve: a deadline per request, a bounded number of connections)."""
     host, _, port = address.rpartition(":")
     if not host:
         raise ValueError(f"--metrics-address={address}: must be HOST:PORT, e.g. 127.0.0.1:9090 or $(POD_IP):9090")

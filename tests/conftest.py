@@ -3,7 +3,8 @@
 The test bed (kube-apiserver + etcd with RBAC, kube-controller-manager, S3,
 the process kubelet) starts on first use and stops at the end of the session.
 Its logs are kept, and their folder printed, when a test failed or when
-STREAMJOB_KEEP_TESTBED=1.
+STREAMJOB_KEEP_TESTBED=1. A test that needs it (directly or through a fixture) is
+marked ``testbed``, so the fast lane deselects it: ``pytest tests/unit tests/crd -m "not testbed"``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from kubernetes import client
 
 from testbed import TestBed
 from testbed.waiting import wait_for
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "testbed" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.testbed)
 
 
 @pytest.fixture(scope="session")

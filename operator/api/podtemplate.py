@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from job_runtime.jobdef import Model, cel
+from streamjob_contract.model import Model, cel
 
 # The container of a template that is merged into the operator's own container
 # (the driver's `driver`, the executors' `executor`), as Flink's flink-main-container.

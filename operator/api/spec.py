@@ -13,10 +13,11 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from job_runtime.jobdef import JobDefinition, Model, cel, format_validation_error
+from streamjob_contract.jobdef import JobDefinition
+from streamjob_contract.model import Model, cel, format_validation_error
 from streamjob_operator.api.podtemplate import MAIN_CONTAINER, LocalObjectReference, PodTemplate
 from streamjob_operator.api.status import MAX_FAILURES
-from job_runtime.sparkconf import OWNED_CONFS, SECRET_EXEMPT_PATTERN, SECRET_KEY_PATTERN, SECRET_REFUSAL, carries_secret
+from streamjob_contract.sparkconf import CREDENTIAL_CONF_PATTERN, CREDENTIAL_EXEMPT_PATTERN, CREDENTIAL_REFUSAL, OWNED_CONFS, carries_secret
 
 API_GROUP = "streamjob.io"
 API_VERSION = "v1alpha1"
@@ -35,7 +36,7 @@ MAX_SPARK_CONF = 256
 def owned_conf_rules() -> list[dict[str, Any]]:
     """CEL rules on spec, one per Spark conf the runtime owns, with the runtime's own words.
 
-    Built from job_runtime.sparkconf, the list job_runtime.session refuses, so
+    Built from streamjob_contract.sparkconf, the list job_runtime.session refuses, so
     `kubectl apply` refuses exactly what a driver would exit 12 on. They sit on
     spec rather than on the map so the field path reads
     `spec.sparkConf[spark.sql.shuffle.partitions]`.
@@ -54,16 +55,16 @@ def owned_conf_rules() -> list[dict[str, Any]]:
 def secret_conf_rule() -> dict[str, Any]:
     """A CEL rule on spec.sparkConf refusing keys that carry credentials, naming the first such key.
 
-    The pattern is job_runtime.sparkconf's (RE2, as CEL's matches() wants);
+    The pattern is streamjob_contract.sparkconf's (RE2, as CEL's matches() wants);
     parse_spec applies the same test to specs stored before the rule existed.
     """
     # CEL string literals: the patterns single-quoted, the message double-quoted
-    assert "'" not in SECRET_KEY_PATTERN + SECRET_EXEMPT_PATTERN and '"' not in SECRET_REFUSAL and "\\" not in SECRET_REFUSAL
-    secret = f"k.matches('{SECRET_KEY_PATTERN}') && !k.matches('{SECRET_EXEMPT_PATTERN}')"
+    assert "'" not in CREDENTIAL_CONF_PATTERN + CREDENTIAL_EXEMPT_PATTERN and '"' not in CREDENTIAL_REFUSAL and "\\" not in CREDENTIAL_REFUSAL
+    secret = f"k.matches('{CREDENTIAL_CONF_PATTERN}') && !k.matches('{CREDENTIAL_EXEMPT_PATTERN}')"
     return {
         "rule": f"self.all(k, !({secret}))",
-        "message": f"a sparkConf key {SECRET_REFUSAL}",  # if the expression below cannot be evaluated
-        "messageExpression": f'"sparkConf[" + self.filter(k, {secret})[0] + "] {SECRET_REFUSAL}"',
+        "message": f"a sparkConf key {CREDENTIAL_REFUSAL}",  # if the expression below cannot be evaluated
+        "messageExpression": f'"sparkConf[" + self.filter(k, {secret})[0] + "] {CREDENTIAL_REFUSAL}"',
         "reason": "FieldValueForbidden",
     }
 
@@ -279,7 +280,7 @@ class StreamJobSpec(Model):
         # the CRD's rule, for specs stored before it (an operator upgrade): a condition, never a pod argument
         for key in sorted(conf):
             if carries_secret(key):
-                raise ValueError(f"sparkConf[{key}] {SECRET_REFUSAL}")
+                raise ValueError(f"sparkConf[{key}] {CREDENTIAL_REFUSAL}")
         return conf
     driver: Resources = Field(default_factory=Resources, description="Driver resources.")
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec, description="Executor count and resources.")

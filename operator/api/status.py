@@ -11,7 +11,7 @@ from enum import Enum
 
 from pydantic import Field
 
-from job_runtime.jobdef import Model
+from streamjob_contract.model import Model
 
 MAX_SAVEPOINT_HISTORY = 100  # >= spec.savepoint.retention.count's maximum, so retention alone bounds it
 MAX_FAILURES = 100  # spec.restartPolicy.maxFailures' maximum

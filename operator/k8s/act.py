@@ -197,7 +197,7 @@ class Actor:
                            "SavepointRefused")
 
     def delete_savepoint(self, owner: Owner, spec: StreamJobSpec, action: DeleteSavepoint) -> None:
-        from job_runtime.savepoint import delete_savepoint
+        from streamjob_contract.savepoints import delete_savepoint
 
         delete_savepoint(action.path, s3_config=self.clients.s3_config(owner.namespace, spec))
         log.info("Pruned savepoint streamjob=%s/%s path=%s", owner.namespace, owner.name, action.path)

@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from job_runtime.s3 import S3Config
+from streamjob_contract.s3 import S3Config
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, StreamJobSpec
 from streamjob_operator.k8s.resources import TOKEN_KEY, RuntimeLayout
 from streamjob_operator.reconcile import names
@@ -72,7 +72,9 @@ class Clients:
     # --- the StreamJob ---------------------------------------------------------------------
     def get_streamjob(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return decode(self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, name, _preload_content=False))
+            body: dict[str, Any] = decode(
+                self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, name, _preload_content=False))
+            return body
         except ApiException as err:
             if err.status == 404:
                 return None

@@ -59,7 +59,8 @@ def merge(base: Any, over: Any) -> Any:
 
 def role_template(common: PodTemplate | None, role: PodTemplate | None) -> Manifest:
     """The template of one role: the role's podTemplate merged over spec.podTemplate."""
-    return merge(dump(common), dump(role))
+    merged: Manifest = merge(dump(common), dump(role))
+    return merged
 
 
 def _secured(spec: Manifest) -> Manifest:

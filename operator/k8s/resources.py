@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from job_runtime.jobdef import JobDefinition, dump_job_definition, sasl_clients, sasl_env
+from streamjob_contract.jobdef import JobDefinition, dump_job_definition, sasl_clients, sasl_env
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, KIND, StreamJobSpec
 from streamjob_operator.k8s import pods
 from streamjob_operator.reconcile import names

@@ -12,6 +12,8 @@ from datetime import datetime
 from enum import Enum
 from typing import Union
 
+from streamjob_contract.exitcodes import ExitCode
+from streamjob_contract.runtime_status import SavepointState
 from streamjob_operator.api.status import StreamJobStatus
 
 
@@ -23,21 +25,6 @@ class PodPhase(str, Enum):
     unknown = "Unknown"
 
 
-class ExitKind(str, Enum):
-    """The runtime's exit-code contract (job_runtime.exitcodes), as the decision needs it."""
-
-    ended = "Ended"  # the query ended by itself
-    stopped_for_savepoint = "StoppedForSavepoint"
-    stopped = "Stopped"  # by request or SIGTERM
-    invalid_job = "InvalidJob"  # permanent
-    restore_refused = "RestoreRefused"  # permanent
-    failed = "Failed"  # anything else non-zero: a crash
-
-    @property
-    def permanent(self) -> bool:
-        return self in (ExitKind.invalid_job, ExitKind.restore_refused)
-
-
 @dataclass(frozen=True)
 class DriverPod:
     name: str
@@ -45,7 +32,7 @@ class DriverPod:
     epoch: int | None = None
     deleting: bool = False
     exit_code: int | None = None
-    exit_kind: ExitKind | None = None
+    exit_kind: ExitCode | None = None  # what exit_code means (ExitCode.of: unknown codes are FAILED)
     message: str = ""  # termination message or log tail; never secrets (the runtime prints none)
     waiting_reason: str | None = None  # why a pending pod does not start: ErrImagePull, Unschedulable, ...
     deletion_deadline: datetime | None = None  # metadata.deletionTimestamp: when the pod should be gone
@@ -92,12 +79,6 @@ class JobProgress:
     batch_duration_ms: int | None = None
     storage: StorageReport | None = None
     last_error: str | None = None
-
-
-class SavepointState(str, Enum):
-    in_progress = "IN_PROGRESS"
-    completed = "COMPLETED"
-    failed = "FAILED"
 
 
 @dataclass(frozen=True)

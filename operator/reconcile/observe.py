@@ -15,7 +15,10 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from job_runtime.exitcodes import Outcome, classify
+from pydantic import ValidationError
+
+from streamjob_contract.exitcodes import ExitCode
+from streamjob_contract.runtime_status import RuntimeStatus, SavepointState, SavepointStatus
 from streamjob_operator.api.spec import StreamJobSpec
 from streamjob_operator.api.status import StreamJobStatus
 from streamjob_operator.k8s.clients import Clients, DriverUnreachable
@@ -23,14 +26,12 @@ from streamjob_operator.k8s.errors import describe_error
 from streamjob_operator.reconcile import names
 from streamjob_operator.reconcile.model import (
     DriverPod,
-    ExitKind,
     JobProgress,
     Observations,
     PodPhase,
     Problem,
     SavepointManifest,
     SavepointProgress,
-    SavepointState,
     StorageReport,
 )
 from streamjob_operator.reconcile.policy import parse_time
@@ -39,20 +40,6 @@ log = logging.getLogger(__name__)
 
 JOB_POLL_SECONDS = 10.0  # steady-state poll of /status; faster while an operation or readiness is pending
 MESSAGE_TAIL = 800
-
-_EXIT_KINDS = {
-    Outcome.finished: ExitKind.ended,
-    Outcome.failed: ExitKind.failed,
-    Outcome.stopped_for_savepoint: ExitKind.stopped_for_savepoint,
-    Outcome.stopped_by_request: ExitKind.stopped,
-    Outcome.invalid: ExitKind.invalid_job,
-    Outcome.restore_refused: ExitKind.restore_refused,
-}
-
-
-def exit_kind(code: int) -> ExitKind:
-    return _EXIT_KINDS[classify(code)]
-
 
 def termination_message(raw: str | None) -> str:
     """The runtime writes JSON ({"message": ...}); FallbackToLogsOnError gives a log tail."""
@@ -83,7 +70,7 @@ def reported_savepoint(raw: str | None) -> tuple[str | None, int | None]:
     except ValueError:
         return None, None
     savepoint = data.get("savepoint") if isinstance(data, dict) else None
-    if not isinstance(savepoint, dict) or savepoint.get("state") not in (None, "COMPLETED") or not savepoint.get("path"):
+    if not isinstance(savepoint, dict) or savepoint.get("state") not in (None, SavepointState.COMPLETED.value) or not savepoint.get("path"):
         return None, None
     batch = savepoint.get("batchId")
     return str(savepoint["path"]), int(batch) if isinstance(batch, int) else None
@@ -132,7 +119,7 @@ def driver_pod(pod: dict[str, Any]) -> DriverPod:
         epoch=int(epoch) if epoch and epoch.isdigit() else None,
         deleting=bool(meta.get("deletionTimestamp")),
         exit_code=code,
-        exit_kind=exit_kind(code) if code is not None else None,
+        exit_kind=ExitCode.of(code) if code is not None else None,
         message=message,
         waiting_reason=reason,
         deletion_deadline=parse_time(meta.get("deletionTimestamp")),
@@ -142,41 +129,45 @@ def driver_pod(pod: dict[str, Any]) -> DriverPod:
 
 
 def job_progress(body: dict[str, Any]) -> JobProgress:
-    state = body.get("state")
+    """The driver's ``GET /status`` body, read with its contract type (``RuntimeStatus``).
+
+    A body that is not one (a driver that answers something else) reads as not reachable."""
+    try:
+        st = RuntimeStatus.model_validate(body)
+    except ValidationError as err:
+        log.debug("Could not read driver status error=%s", err)
+        return JobProgress(reachable=False)
     return JobProgress(
         reachable=True,
-        ready=state == "RUNNING" and body.get("lastBatchId") is not None and not body.get("lastError"),
-        query_id=body.get("queryId"),
-        run_id=body.get("runId"),
-        last_batch_id=body.get("lastBatchId"),
-        latest_completed_batch=body.get("latestCompletedBatch"),
-        watermark=body.get("watermark"),
-        input_rows_per_second=body.get("inputRowsPerSecond"),
-        processed_rows_per_second=body.get("processedRowsPerSecond"),
-        state_rows=body.get("stateRows"),
-        state_memory_bytes=body.get("stateMemoryBytes"),
-        rows_dropped_by_watermark=body.get("rowsDroppedByWatermark"),
-        late_rows_dropped_total=body.get("lateRowsDroppedTotal"),
-        batch_duration_ms=body.get("batchDurationMs"),
-        storage=storage_report(body.get("storage")),
-        last_error=body.get("lastError"),
+        ready=st.ready,
+        query_id=st.query_id,
+        run_id=st.run_id,
+        last_batch_id=st.last_batch_id,
+        latest_completed_batch=st.latest_completed_batch,
+        watermark=st.watermark,
+        input_rows_per_second=st.input_rows_per_second,
+        processed_rows_per_second=st.processed_rows_per_second,
+        state_rows=st.state_rows,
+        state_memory_bytes=st.state_memory_bytes,
+        rows_dropped_by_watermark=st.rows_dropped_by_watermark,
+        late_rows_dropped_total=st.late_rows_dropped_total,
+        batch_duration_ms=st.batch_duration_ms,
+        storage=None if st.storage is None else StorageReport(
+            passes=st.storage.passes, pruned_run_dirs=st.storage.pruned_run_dirs,
+            pruned_savepoint_dirs=st.storage.pruned_savepoint_dirs, last_pass_at=st.storage.last_pass_at,
+            last_error=st.storage.last_error,
+        ),
+        last_error=st.last_error,
     )
 
 
-def storage_report(raw: Any) -> StorageReport | None:
-    """The driver's ``storage`` block; None when absent (an older runtime) or not what it should be."""
-    if not isinstance(raw, dict):
+def savepoint_progress(body: dict[str, Any]) -> SavepointProgress | None:
+    """The driver's ``GET /savepoints/<id>`` body; None when it is not one."""
+    try:
+        sp = SavepointStatus.model_validate(body)
+    except ValidationError:
         return None
-
-    def count(key: str) -> int:
-        value = raw.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-    at, error = raw.get("lastPassAt"), raw.get("lastError")
-    return StorageReport(
-        passes=count("passes"), pruned_run_dirs=count("prunedRunDirs"), pruned_savepoint_dirs=count("prunedSavepointDirs"),
-        last_pass_at=at if isinstance(at, str) else None, last_error=error if isinstance(error, str) else None,
-    )
+    return SavepointProgress(sp.state, sp.path, sp.batch_id, sp.error)
 
 
 def wants_job_poll(status: StreamJobStatus, now: datetime) -> bool:
@@ -212,10 +203,8 @@ def observe(
             job = job_progress(reply.body) if reply.status == 200 else JobProgress(reachable=False)
             if savepointing and op is not None and op.trigger_id:
                 sp = clients.driver_call(live_ip, namespace, name, "GET", f"/savepoints/{op.trigger_id}")
-                if sp.status == 200 and sp.body.get("state") in SavepointState._value2member_map_:
-                    savepoint = SavepointProgress(
-                        SavepointState(sp.body["state"]), sp.body.get("path"), sp.body.get("batchId"), sp.body.get("error")
-                    )
+                if sp.status == 200:
+                    savepoint = savepoint_progress(sp.body)
         except DriverUnreachable as err:
             log.debug("Could not reach driver streamjob=%s/%s pod=%s error=%s", namespace, name, current.name if current else None, err)
             job = JobProgress(reachable=False)
@@ -232,7 +221,8 @@ def observe(
         except Exception as err:  # a missing Secret must not stop the loop: it is reported, the deadlines bound the wait
             problems.append(describe_error(err, "reading the S3 credentials of spec.s3.credentialsSecret"))
     if s3 is not None and savepointing and op is not None and op.savepoint_path:
-        from job_runtime.savepoint import SavepointError, inspect_savepoint
+        from streamjob_contract.savepoint_manifest import SavepointError
+        from streamjob_contract.savepoints import inspect_savepoint
 
         try:
             m = inspect_savepoint(op.savepoint_path, s3_config=s3)
@@ -244,7 +234,7 @@ def observe(
 
     checkpoint_batch: int | None = None
     if s3 is not None and status.checkpoint_location and (current is None or current.terminated):
-        from job_runtime.checkpoint import latest_completed_batch
+        from streamjob_contract.checkpoint import latest_completed_batch
 
         try:
             checkpoint_batch = latest_completed_batch(status.checkpoint_location, s3=s3)

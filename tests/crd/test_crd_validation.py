@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from job_runtime.sparkconf import OWNED_CONFS
+from streamjob_contract.sparkconf import OWNED_CONFS
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -207,7 +207,7 @@ INVALID = [
     pytest.param(setting("spec.podTemplate.metadata", {"name": "x"}), "spec.podTemplate.metadata", id="template pod name is refused"),
     pytest.param(setting("spec.imagePullSecrets", [{"name": ""}]), "spec.imagePullSecrets[0].name", id="empty pull secret name is refused"),
     *(
-        # the runtime's own words (job_runtime.sparkconf), so apply time and exit 12 say the same
+        # the runtime's own words (streamjob_contract.sparkconf), so apply time and exit 12 say the same
         pytest.param(spark_conf(owned.key, "1"), f"spec.sparkConf[{owned.key}]: Forbidden: {owned.rule}",
                      id=f"sparkConf {owned.key} owned by the runtime is refused")
         for owned in OWNED_CONFS

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 

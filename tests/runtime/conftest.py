@@ -15,9 +15,9 @@ from runtime_inputs import FILES, SEED, Input, load_generator
 from testbed import locate
 from testbed.s3 import S3Server, start_s3
 
-from job_runtime.jobdef import load_job_definition
+from streamjob_contract.jobdef import load_job_definition
 from job_runtime.runner import Runner
-from job_runtime.s3 import S3Config
+from streamjob_contract.s3 import S3Config
 from job_runtime.settings import RuntimeSettings
 
 

@@ -268,7 +268,7 @@ class RuntimeProcess:
 
     def stop_with_savepoint(self, timeout: float = 300) -> str:
         """POST /savepoints with stop; the process must exit STOPPED_FOR_SAVEPOINT. Returns the savepoint's path."""
-        from job_runtime.exitcodes import ExitCode
+        from streamjob_contract.exitcodes import ExitCode
 
         code, accepted = self.request("POST", "/savepoints", {"stop": True})
         assert code == 202, accepted

@@ -1,4 +1,4 @@
-"""The exit-code contract (job_runtime.exitcodes) as the operator will see it, from real processes.
+"""The exit-code contract (streamjob_contract.exitcodes) as the operator will see it, from real processes.
 
 Refusals that need no JVM are checked first (quick); the ones that need Spark
 (a query that throws, a Kafka source without its connector, SQL that does not
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from runtime_harness import REPO, RuntimeProcess, example_job, run_args, runtime_env
 
-from job_runtime.exitcodes import ExitCode
+from streamjob_contract.exitcodes import ExitCode
 
 
 def run_quick(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

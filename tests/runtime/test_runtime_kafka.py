@@ -18,7 +18,7 @@ from pause_points import PausePoint
 from runtime_harness import RuntimeProcess, run_args
 from runtime_kafka import EVENTS, committed_windows, kafka_job, load_events_module, reference_windows, start_run, topics
 
-from job_runtime.exitcodes import ExitCode
+from streamjob_contract.exitcodes import ExitCode
 from job_runtime.savepoint import write_savepoint
 
 AFTER_COMMIT = PausePoint("kafka-after-commit:2", "batch 1 committed to Kafka, not to Spark's commit log")

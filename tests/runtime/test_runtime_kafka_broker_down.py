@@ -18,7 +18,7 @@ import pytest
 from runtime_harness import RuntimeProcess, run_args
 from runtime_kafka import EVENTS, FAIL_FAST, committed_windows, kafka_job, load_events_module, reference_windows, topics
 
-from job_runtime.exitcodes import ExitCode
+from streamjob_contract.exitcodes import ExitCode
 
 
 @pytest.fixture(scope="module")

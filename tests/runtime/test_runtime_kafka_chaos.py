@@ -43,8 +43,8 @@ from pause_points import PausePoint
 from runtime_harness import RuntimeProcess
 from runtime_kafka import EXECUTORS, committed_windows, kafka_job, load_events_module, reference_windows, start_run, topics
 
-from job_runtime import checkpoint
-from job_runtime.exitcodes import ExitCode
+from streamjob_contract import checkpoint
+from streamjob_contract.exitcodes import ExitCode
 
 KILLS_DEFAULT = 3
 KILLS_SLOW = 50

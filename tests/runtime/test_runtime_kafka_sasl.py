@@ -17,8 +17,8 @@ from typing import Any
 from runtime_harness import RuntimeProcess, run_args, runtime_env
 from runtime_kafka import EVENTS, committed_windows, consume_all, kafka_job, load_events_module, reference_windows, topics
 
-from job_runtime.exitcodes import ExitCode
-from job_runtime.jobdef import sasl_env
+from streamjob_contract.exitcodes import ExitCode
+from streamjob_contract.jobdef import sasl_env
 
 SASL = {"mechanism": "PLAIN", "securityProtocol": "SASL_PLAINTEXT", "secretRef": {"name": "kafka-credentials"}}
 

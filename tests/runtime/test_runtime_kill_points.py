@@ -35,7 +35,7 @@ from pause_points import PausePoint, jvm_hook_args, pause_env
 from runtime_harness import RuntimeProcess, entrypoint_job, run_args, runtime_env
 from runtime_inputs import Input
 
-from job_runtime.exitcodes import ExitCode
+from streamjob_contract.exitcodes import ExitCode
 from job_runtime.ownership import OWNER_FILE
 from job_runtime.savepoint import MANIFEST_NAME, RESTORE_MARKER, write_savepoint
 

@@ -36,7 +36,7 @@ from pause_points import PausePoint, jvm_hook_args
 from runtime_harness import RuntimeProcess, example_job, run_args, runtime_env
 from runtime_inputs import SEED, Input, load_generator
 
-from job_runtime.exitcodes import ExitCode
+from streamjob_contract.exitcodes import ExitCode
 
 FILES = 60
 KILLS = 50

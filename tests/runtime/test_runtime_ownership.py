@@ -19,7 +19,7 @@ from runtime_harness import S3_BUCKET as BUCKET
 
 from job_runtime import savepoint as sp
 from job_runtime.ownership import OWNER_FILE, CheckpointOwnedError, claim_checkpoint
-from job_runtime.s3 import S3Config, Store, parse_location
+from streamjob_contract.s3 import S3Config, Store, parse_location
 from testbed.s3 import S3Server
 
 

@@ -15,7 +15,7 @@ from runtime_harness import S3_BUCKET as BUCKET
 
 from job_runtime import nonrestored, recovery
 from job_runtime.recovery import Action, CheckpointDamagedError
-from job_runtime.s3 import S3Config, Store, parse_location
+from streamjob_contract.s3 import S3Config, Store, parse_location
 from testbed.s3 import S3Server
 
 

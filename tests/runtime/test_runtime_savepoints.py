@@ -20,7 +20,7 @@ import runtime_outputs as outputs
 from runtime_harness import RuntimeProcess, example_job, run_args
 from runtime_inputs import FILES, Input
 
-from job_runtime.exitcodes import ExitCode
+from streamjob_contract.exitcodes import ExitCode
 from job_runtime.savepoint import MANIFEST_NAME
 
 SLOW_TRIGGER = "1 second"  # at most one batch a second: the stream is still going when the savepoint comes

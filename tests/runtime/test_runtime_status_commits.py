@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime import checkpoint
+from streamjob_contract import checkpoint
 from job_runtime.runner import Runner
 
 
@@ -39,3 +39,11 @@ def test_a_reported_batch_is_never_ahead_of_latest_completed(runner: Runner, tmp
     assert runner._latest_completed_batch(report="t3") == 1  # batch 1 ran: its own report, listed
     assert runner._latest_completed_batch(report="t3") == 1
     assert listings == [None, 0, 0, 1]
+
+
+def test_status_answers_every_field_of_the_contract_type(runner: Runner) -> None:
+    from streamjob_contract.runtime_status import RuntimeStatus
+
+    body = runner.status()
+    assert set(body) == {info.alias for info in RuntimeStatus.model_fields.values()}
+    assert (body["state"], body["job"], body["statePartitions"]) == ("STARTING", "ns/j", 2)

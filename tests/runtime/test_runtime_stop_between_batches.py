@@ -21,7 +21,7 @@ import pytest
 from runtime_harness import RuntimeProcess, run_args
 from runtime_kafka import committed_windows, kafka_job, load_events_module, reference_windows, topics
 
-from job_runtime.exitcodes import ExitCode
+from streamjob_contract.exitcodes import ExitCode
 from job_runtime.savepoint import inspect_savepoint
 
 EVENTS = 900

@@ -8,7 +8,6 @@ object is a stand-in with StreamingQuery's three members: the rule under test is
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest

@@ -6,8 +6,6 @@ No Spark here; the control endpoint is served for real on loopback with a fake c
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from http import HTTPStatus
@@ -16,38 +14,13 @@ from typing import Any
 
 import pytest
 
-from job_runtime import exitcodes
 from job_runtime.control import ControlError, ControlServer, authorized, parse_address
-from job_runtime.exitcodes import ExitCode, Outcome
-from job_runtime.jobdef import parse_job_definition
+from streamjob_contract.jobdef import parse_job_definition
 from job_runtime.pipeline import sink_input
 from job_runtime.session import ROCKSDB_PROVIDER, engine_conf, redacted
 from job_runtime.settings import RuntimeSettings, S3Settings, SettingsError, validate
-from job_runtime.status import LateRowsTotal, progress_fields, watermark_ms
-
-
-@pytest.mark.parametrize(
-    ("code", "outcome", "permanent"),
-    [
-        pytest.param(0, Outcome.finished, False, id="finished"),
-        pytest.param(1, Outcome.failed, False, id="failed"),
-        pytest.param(10, Outcome.stopped_for_savepoint, False, id="savepoint"),
-        pytest.param(11, Outcome.stopped_by_request, False, id="stop"),
-        pytest.param(12, Outcome.invalid, True, id="invalid"),
-        pytest.param(13, Outcome.restore_refused, True, id="restore-refused"),
-        pytest.param(137, Outcome.failed, False, id="sigkill-is-failure"),
-        pytest.param(143, Outcome.failed, False, id="sigterm-death-is-failure"),
-        pytest.param(2, Outcome.failed, False, id="unknown-is-failure"),
-    ],
-)
-def test_exit_code_table(code: int, outcome: Outcome, permanent: bool) -> None:
-    assert exitcodes.classify(code) == outcome
-    assert exitcodes.is_permanent(code) == permanent
-
-
-def test_exitcodes_imports_without_pyspark() -> None:
-    code = "import sys, job_runtime.exitcodes; sys.exit('pyspark' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], cwd="/", timeout=60).returncode == 0
+from job_runtime.status import LateRowsTotal, progress_fields
+from streamjob_contract.runtime_status import watermark_ms
 
 
 def settings(**overrides: Any) -> RuntimeSettings:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from job_runtime.s3 import S3Config
+from streamjob_contract.s3 import S3Config
 from testbed.s3 import S3Server
 from testbed.waiting import wait_for
 

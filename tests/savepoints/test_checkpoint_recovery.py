@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from job_runtime import recovery
-from job_runtime.s3 import S3Config, Store, parse_location
+from streamjob_contract.s3 import S3Config, Store, parse_location
 
 from savepoint_helpers import BUCKET, RealCheckpoint, expected_counts, input_file, read_state, run_to_end, write_input
 

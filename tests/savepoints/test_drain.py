@@ -16,7 +16,7 @@ from typing import Any
 from savepoint_helpers import expected_counts, input_file, read_state, run_to_end, start_query, write_input
 
 from job_runtime import drain
-from job_runtime.s3 import S3Config
+from streamjob_contract.s3 import S3Config
 
 WAIT = 240.0
 

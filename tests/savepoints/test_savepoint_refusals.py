@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from job_runtime import checkpoint as ckpt
+from streamjob_contract import checkpoint as ckpt
 from job_runtime import savepoint as sp
-from job_runtime.s3 import S3Config, parse_location
+from streamjob_contract.s3 import S3Config, parse_location
 from savepoint_helpers import STATE_PARTITIONS, RealCheckpoint
 
 JOB = {"job_name": "counts", "job_namespace": "team-a", "job_hash": "abc123", "spark_version": "4.3.0"}

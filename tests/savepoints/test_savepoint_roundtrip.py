@@ -10,11 +10,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
 
-from job_runtime import checkpoint as ckpt
+from streamjob_contract import checkpoint as ckpt
 from job_runtime import savepoint as sp
-from job_runtime.s3 import S3Config, parse_location
+from streamjob_contract.s3 import S3Config, parse_location
 
 from savepoint_helpers import (
     BUCKET,

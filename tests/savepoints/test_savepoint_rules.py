@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from job_runtime import checkpoint as ckpt
+from streamjob_contract import checkpoint as ckpt
 from job_runtime import savepoint as sp
-from job_runtime.s3 import LocationError, StoredFile, parse_location
+from streamjob_contract.s3 import LocationError, StoredFile, parse_location
 
 
 @pytest.mark.parametrize(
@@ -158,15 +158,15 @@ def _snapshot_zip(sst_names: list[str]) -> bytes:
 
 
 def test_snapshot_zip_names_the_ssts_it_uses_and_garbage_is_unknown():
-    from job_runtime.checkpoint import sst_files_of_snapshot
+    from streamjob_contract.checkpoint import sst_files_of_snapshot
 
     assert sst_files_of_snapshot(_snapshot_zip(["000008-a.sst", "000009-b.sst"])) == {"000008-a.sst", "000009-b.sst"}
     assert sst_files_of_snapshot(b"not a zip") is None
 
 
 def test_ssts_no_chosen_snapshot_uses_are_left_out_of_a_running_snapshot():
-    from job_runtime.checkpoint import drop_unreferenced_ssts
-    from job_runtime.s3 import StoredFile
+    from streamjob_contract.checkpoint import drop_unreferenced_ssts
+    from streamjob_contract.s3 import StoredFile
 
     files = [
         StoredFile("state/0/0/2.zip", 10),

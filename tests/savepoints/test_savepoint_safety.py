@@ -16,12 +16,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from job_runtime import savepoint as sp
-from job_runtime.s3 import S3Config, Store, parse_location
+from streamjob_contract.s3 import S3Config, Store, parse_location
 from job_runtime.savepoint_target import SavepointPathError, confine
 from savepoint_helpers import RealCheckpoint
 

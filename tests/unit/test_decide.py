@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from streamjob_contract.exitcodes import ExitCode
+from streamjob_contract.runtime_status import SavepointState
 from streamjob_operator.api.spec import StreamJobSpec, parse_spec
 from streamjob_operator.api.status import (
     BlockedChange,
@@ -27,13 +29,11 @@ from streamjob_operator.reconcile.model import (
     DeleteSavepoint,
     DriverPod,
     EnsureSupportObjects,
-    ExitKind,
     JobProgress,
     Observations,
     PodPhase,
     SavepointManifest,
     SavepointProgress,
-    SavepointState,
     TriggerSavepoint,
     is_disruptive,
 )
@@ -101,7 +101,7 @@ def pod(name: str = "wc-driver-1", phase: PodPhase = PodPhase.running, **kw: Any
     return DriverPod(name=name, phase=phase, **kw)
 
 
-def failed(name: str = "wc-driver-1", code: int = 1, kind: ExitKind = ExitKind.failed, message: str = "ValueError: boom") -> DriverPod:
+def failed(name: str = "wc-driver-1", code: int = 1, kind: ExitCode = ExitCode.FAILED, message: str = "ValueError: boom") -> DriverPod:
     return DriverPod(name=name, phase=PodPhase.failed if code else PodPhase.succeeded, exit_code=code, exit_kind=kind, message=message)
 
 
@@ -287,17 +287,17 @@ CASES = [
         id="FailureRate does not count failures older than the window",
     ),
     pytest.param(
-        BASE, running(), obs(failed(code=11, kind=ExitKind.stopped, message=""), job=None),
+        BASE, running(), obs(failed(code=11, kind=ExitCode.STOPPED_BY_REQUEST, message=""), job=None),
         Expect(op=("restart", "Stopping"), events=["DriverStopped"], status={"restart_count": 0, "total_restarts": 0}),
         id="a driver stopped by SIGTERM without a request is restarted and not counted as a failure",
     ),
     pytest.param(
-        BASE, running(), obs(failed(code=0, kind=ExitKind.ended, message=""), job=None),
+        BASE, running(), obs(failed(code=0, kind=ExitCode.FINISHED, message=""), job=None),
         Expect(state=LifecycleState.finished, op=None, actions=[], events=["JobFinished"]),
         id="a query that ended by itself (exit 0) is Finished, not restarted",
     ),
     pytest.param(
-        BASE, running(), obs(failed(code=12, kind=ExitKind.invalid_job, message="job.entrypoint: no module x"), job=None),
+        BASE, running(), obs(failed(code=12, kind=ExitCode.INVALID_JOB, message="job.entrypoint: no module x"), job=None),
         Expect(state=LifecycleState.failed, events=["InvalidJob"], conditions={"Degraded": ("True", "InvalidJob")}),
         id="an invalid job (a permanent exit code) fails at once without restarts",
     ),
@@ -341,7 +341,7 @@ CASES = [
         NEW_IMAGE,
         with_op(running(state=LifecycleState.upgrading), kind="upgrade", phase="Savepointing", savepoint_path=UPGRADE_SP,
                 trigger="upgrade", restore_mode="savepoint", deadline=at(600), trigger_id="t1"),
-        obs(pod(), savepoint=SavepointProgress(SavepointState.in_progress)),
+        obs(pod(), savepoint=SavepointProgress(SavepointState.IN_PROGRESS)),
         Expect(op=("upgrade", "Savepointing"), actions=[], requeue=2.0),
         id="an upgrade waits while its savepoint is in progress",
     ),
@@ -349,7 +349,7 @@ CASES = [
         NEW_IMAGE,
         with_op(running(state=LifecycleState.upgrading), kind="upgrade", phase="Savepointing", savepoint_path=UPGRADE_SP,
                 trigger="upgrade", restore_mode="savepoint", deadline=at(600), trigger_id="t1"),
-        obs(failed(code=10, kind=ExitKind.stopped_for_savepoint, message=""), job=None,
+        obs(failed(code=10, kind=ExitCode.STOPPED_FOR_SAVEPOINT, message=""), job=None,
             manifest=SavepointManifest(UPGRADE_SP, batch_id=42, size_bytes=123456)),
         Expect(op=("upgrade", "Stopping"), actions=[], events=["SavepointCompleted"],
                status={"last_savepoint": SavepointInfo(path=UPGRADE_SP, batch_id=42, time=T0, trigger="upgrade", size_bytes=123456)},
@@ -440,7 +440,7 @@ CASES = [
         NEW_IMAGE,
         with_op(running(state=LifecycleState.upgrading), kind="upgrade", phase="Savepointing", savepoint_path=UPGRADE_SP,
                 trigger="upgrade", restore_mode="savepoint", deadline=at(600), trigger_id="t1"),
-        obs(pod(), savepoint=SavepointProgress(SavepointState.failed, error="S3 unreachable: connection refused")),
+        obs(pod(), savepoint=SavepointProgress(SavepointState.FAILED, error="S3 unreachable: connection refused")),
         Expect(state=LifecycleState.running, op=None, actions=[], events=["SavepointFailed", "UpgradeAborted"],
                status={"last_reconciled_spec": OLD_JSON},
                conditions={"Savepointing": ("False", "SavepointFailed"), "Degraded": ("True", "SavepointFailed"),
@@ -451,7 +451,7 @@ CASES = [
         NEW_IMAGE,
         with_op(running(state=LifecycleState.upgrading), kind="upgrade", phase="Savepointing", savepoint_path=UPGRADE_SP,
                 trigger="upgrade", restore_mode="savepoint", deadline=at(-1), trigger_id="t1"),
-        obs(pod(), savepoint=SavepointProgress(SavepointState.in_progress)),
+        obs(pod(), savepoint=SavepointProgress(SavepointState.IN_PROGRESS)),
         Expect(state=LifecycleState.running, op=None, actions=[], events=["SavepointFailed", "UpgradeAborted"]),
         id="an upgrade savepoint past its timeout is given up and the old job kept",
     ),
@@ -568,7 +568,7 @@ CASES = [
         make_spec(savepointNonce=1),
         with_op(running(last_savepoint_nonce=1), kind="savepoint", phase="Savepointing", savepoint_path=f"{SP_BASE}/m",
                 trigger="manual", deadline=at(60), trigger_id="t"),
-        obs(pod(), savepoint=SavepointProgress(SavepointState.completed, path=f"{SP_BASE}/m", batch_id=43)),
+        obs(pod(), savepoint=SavepointProgress(SavepointState.COMPLETED, path=f"{SP_BASE}/m", batch_id=43)),
         Expect(state=LifecycleState.running, op=None, actions=[], events=["SavepointCompleted"],
                status={"savepoint_history": [SavepointInfo(path=f"{SP_BASE}/m", batch_id=43, time=T0, trigger="manual")]}),
         id="a completed manual savepoint goes into the bounded history",
@@ -577,7 +577,7 @@ CASES = [
         make_spec(savepointNonce=1),
         with_op(running(last_savepoint_nonce=1), kind="savepoint", phase="Savepointing", savepoint_path=f"{SP_BASE}/m",
                 trigger="manual", deadline=at(60), trigger_id="t"),
-        obs(pod(), savepoint=SavepointProgress(SavepointState.failed, error="disk full")),
+        obs(pod(), savepoint=SavepointProgress(SavepointState.FAILED, error="disk full")),
         Expect(state=LifecycleState.running, op=None, events=["SavepointFailed"], status={"blocked_change": None},
                conditions={"Savepointing": ("False", "SavepointFailed"), "Ready": ("True", "Running")}),
         id="a failed manual savepoint is reported and the job keeps running",
@@ -682,7 +682,7 @@ CASES = [
         NEW_IMAGE,
         with_op(running(state=LifecycleState.upgrading), kind="upgrade", phase="Stopping", savepoint_path=UPGRADE_SP,
                 trigger="upgrade", restore_mode="savepoint"),
-        obs(failed(code=10, kind=ExitKind.stopped_for_savepoint, message=""), job=None),
+        obs(failed(code=10, kind=ExitCode.STOPPED_FOR_SAVEPOINT, message=""), job=None),
         Expect(op=("upgrade", "Stopping"), actions=[DeleteDriver("wc-driver-1")], events=[]),
         id="an operator killed after recording the savepoint deletes the stopped driver",
     ),
@@ -732,7 +732,7 @@ def test_a_whole_savepoint_upgrade_converges_pass_by_pass() -> None:
         status = decision.status
         for action in decision.actions:
             if isinstance(action, TriggerSavepoint):
-                world[action.pod] = failed(action.pod, code=10, kind=ExitKind.stopped_for_savepoint, message="")
+                world[action.pod] = failed(action.pod, code=10, kind=ExitCode.STOPPED_FOR_SAVEPOINT, message="")
                 manifest = SavepointManifest(action.path, batch_id=42)
                 status = status.model_copy(update={"operation": status.operation.model_copy(update={"trigger_id": "t"})})  # type: ignore[union-attr]
             elif isinstance(action, DeleteDriver):

@@ -30,6 +30,7 @@ from test_decide import (
     with_op,
 )
 
+from streamjob_contract.exitcodes import ExitCode
 from streamjob_operator.api.status import LifecycleState, ReconcileError, StreamJobStatus
 from streamjob_operator.reconcile.decide import decide, hash_text, spec_json
 from streamjob_operator.reconcile.decide.conditions import record_problems
@@ -37,7 +38,6 @@ from streamjob_operator.reconcile.model import (
     CreateDriver,
     DeleteDriver,
     EnsureSupportObjects,
-    ExitKind,
     PodPhase,
     Problem,
 )
@@ -120,8 +120,8 @@ CASES = [
         with_op(running(state=LifecycleState.upgrading, last_reconciled_spec=OLD_JSON), kind="upgrade", phase="Savepointing",
                 savepoint_path=SP, trigger="upgrade", restore_mode="savepoint", deadline=at(600), trigger_id="t1",
                 target_spec=NEW_JSON),
-        obs(failed(code=10, kind=ExitKind.stopped_for_savepoint, message="stopped for savepoint").__class__(
-            name="wc-driver-1", phase=PodPhase.failed, exit_code=10, exit_kind=ExitKind.stopped_for_savepoint,
+        obs(failed(code=10, kind=ExitCode.STOPPED_FOR_SAVEPOINT, message="stopped for savepoint").__class__(
+            name="wc-driver-1", phase=PodPhase.failed, exit_code=10, exit_kind=ExitCode.STOPPED_FOR_SAVEPOINT,
             savepoint_path=SP, savepoint_batch=77), job=None,
             problems=(Problem("S3Error", "reading the savepoint manifest: connection refused"),)),
         Expect(op=("upgrade", "Stopping"), events=["S3Error", "SavepointCompleted"],

@@ -49,11 +49,11 @@ def test_a_taken_port_names_the_flag_and_the_address(flag: str, value: str, caps
 
 
 def test_clients_holding_connections_cannot_take_the_probes_threads() -> None:
-    """The health port has the control endpoint's bound (job_runtime.httpserve): one more is refused at once."""
+    """The health port has the control endpoint's bound (streamjob_contract.httpserve): one more is refused at once."""
     import urllib.error
     import urllib.request
 
-    from job_runtime.httpserve import MAX_CONNECTIONS
+    from streamjob_contract.httpserve import MAX_CONNECTIONS
     from streamjob_operator.health import HealthServer
 
     def probe(url: str) -> int:
@@ -85,11 +85,11 @@ def test_clients_holding_connections_cannot_take_the_probes_threads() -> None:
 
 
 def test_the_metrics_port_has_the_health_ports_bound() -> None:
-    """/metrics is served by job_runtime.httpserve too: held connections cannot starve Prometheus's scrape."""
+    """/metrics is served by streamjob_contract.httpserve too: held connections cannot starve Prometheus's scrape."""
     import urllib.error
     import urllib.request
 
-    from job_runtime.httpserve import MAX_CONNECTIONS
+    from streamjob_contract.httpserve import MAX_CONNECTIONS
     from streamjob_operator import metrics
 
     server = metrics.serve("127.0.0.1:0")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from job_runtime import kafka_auth
-from job_runtime.jobdef import JobDefinitionError, KafkaSasl, parse_job_definition, sasl_env
+from streamjob_contract.jobdef import JobDefinitionError, KafkaSasl, parse_job_definition, sasl_env
 
 SCRAM = KafkaSasl.model_validate({"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "creds"}})
 

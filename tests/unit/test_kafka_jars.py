@@ -18,9 +18,3 @@ def test_the_list_names_the_connector_and_its_client() -> None:
     artifacts = {c.split(":")[1] for c in listed()}
     assert {"spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients", "commons-pool2"} <= artifacts
 
-
-def test_the_runtime_dockerfile_resolves_the_list_with_maven() -> None:
-    dockerfile = (REPO / "Dockerfile").read_text()
-    assert "COPY images/runtime/pom.xml testbed/build/kafka-jars.txt /build/jars/" in dockerfile
-    assert "<!-- kafka-jars.txt -->" in (REPO / "images" / "runtime" / "pom.xml").read_text()
-    assert "ADD http" not in dockerfile

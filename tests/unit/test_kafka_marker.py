@@ -41,7 +41,7 @@ def test_a_marker_without_a_digest_matches_no_batch() -> None:
 
 
 def test_a_failed_query_names_the_python_sink_error_and_the_kafka_endpoints() -> None:
-    from job_runtime.jobdef import parse_job_definition
+    from streamjob_contract.jobdef import parse_job_definition
     from job_runtime.pipeline import kafka_context
     from job_runtime.query_errors import describe as _describe
 

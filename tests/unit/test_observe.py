@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from streamjob_operator.reconcile.model import ExitKind, PodPhase
+from streamjob_contract.exitcodes import ExitCode
+from streamjob_operator.reconcile.model import PodPhase
 from streamjob_operator.reconcile.observe import driver_pod, job_progress, termination_message
 
 
@@ -23,26 +24,26 @@ def pod(phase: str, terminated: dict | None = None, deleting: bool = False) -> d
     [
         pytest.param(pod("Running"), PodPhase.running, None, "", id="a running driver has no exit"),
         pytest.param(pod("Failed", {"exitCode": 10, "message": json.dumps({"message": "savepoint s3://x written"})}),
-                     PodPhase.failed, ExitKind.stopped_for_savepoint, "savepoint s3://x written",
+                     PodPhase.failed, ExitCode.STOPPED_FOR_SAVEPOINT, "savepoint s3://x written",
                      id="exit 10 is a stop for a savepoint, with the runtime's JSON message"),
-        pytest.param(pod("Failed", {"exitCode": 11}), PodPhase.failed, ExitKind.stopped, "", id="exit 11 is a requested stop"),
+        pytest.param(pod("Failed", {"exitCode": 11}), PodPhase.failed, ExitCode.STOPPED_BY_REQUEST, "", id="exit 11 is a requested stop"),
         pytest.param(pod("Failed", {"exitCode": 12, "message": "{\"message\": \"job.pipeline: bad\"}"}), PodPhase.failed,
-                     ExitKind.invalid_job, "job.pipeline: bad", id="exit 12 is an invalid job"),
+                     ExitCode.INVALID_JOB, "job.pipeline: bad", id="exit 12 is an invalid job"),
         pytest.param(pod("Failed", {"exitCode": 1, "message": "Exception in thread main: java.lang.OutOfMemoryError\n\tat x.y(z)"}),
-                     PodPhase.failed, ExitKind.failed, "Exception in thread main: java.lang.OutOfMemoryError",
+                     PodPhase.failed, ExitCode.FAILED, "Exception in thread main: java.lang.OutOfMemoryError",
                      id="a JVM stack trace is reduced to its headline"),
-        pytest.param(pod("Running", {"exitCode": 0}), PodPhase.succeeded, ExitKind.ended, "",
+        pytest.param(pod("Running", {"exitCode": 0}), PodPhase.succeeded, ExitCode.FINISHED, "",
                      id="a terminated container counts even before the pod phase catches up"),
     ],
 )
-def test_driver_pod(body: dict, phase: PodPhase, kind: ExitKind | None, message: str) -> None:
+def test_driver_pod(body: dict, phase: PodPhase, kind: ExitCode | None, message: str) -> None:
     d = driver_pod(body)
     assert (d.phase, d.exit_kind, d.message, d.epoch) == (phase, kind, message, 2)
 
 
 def test_a_killed_driver_says_it_was_killed() -> None:
     d = driver_pod(pod("Failed", {"exitCode": 137, "reason": "Error", "message": "INFO all fine"}))
-    assert d.exit_kind is ExitKind.failed and d.message.startswith("killed by signal 9")
+    assert d.exit_kind is ExitCode.FAILED and d.message.startswith("killed by signal 9")
 
 
 def test_deleting_pods_are_not_alive() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from job_runtime import offsets_watch
-from job_runtime.jobdef import parse_job_definition
+from streamjob_contract.jobdef import parse_job_definition
 
 
 def job(options: dict[str, str], kind: str = "kafka") -> Any:

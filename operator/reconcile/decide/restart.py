@@ -6,30 +6,33 @@ and by the upgrade module for restartNonce.
 
 from __future__ import annotations
 
+from streamjob_contract.exitcodes import ExitCode
 from streamjob_operator.api.status import MAX_FAILURE_TIMES, LifecycleState, Operation
 
-from ..model import DriverPod, ExitKind
+from ..model import DriverPod
 from ..policy import describe_policy, fmt_time, parse_time, restart_delay
 from . import deploy
 from .context import OpKind, Pass, Phase, RestoreMode, clip
 
 
 def driver_exited(p: Pass, pod: DriverPod) -> None:
-    kind = pod.exit_kind or (ExitKind.ended if pod.exit_code == 0 else ExitKind.failed)
+    kind = pod.exit_kind
+    if kind is None:  # not `or`: ExitCode.FINISHED is 0, falsy
+        kind = ExitCode.FINISHED if pod.exit_code == 0 else ExitCode.FAILED
     code = pod.exit_code
     detail = f": {pod.message}" if pod.message else ""
-    if kind is ExitKind.ended:
+    if kind is ExitCode.FINISHED:
         p.update(state=LifecycleState.finished, last_error=None)
         p.emit("Normal", "JobFinished", f"Driver {pod.name} ended by itself (exit {code}): the query finished")
         return
-    if kind in (ExitKind.stopped, ExitKind.stopped_for_savepoint):
+    if kind.clean_stop:
         p.emit("Warning", "DriverStopped",
-               f"Driver {pod.name} stopped without a request from the operator (exit {code}, {kind.value}); "
+               f"Driver {pod.name} stopped without a request from the operator (exit {code}, {kind.reason}); "
                "restarting from the latest checkpoint (not counted as a failure)")
         start_restart(p, f"driver stopped (exit {code})")
         return
     if kind.permanent:
-        fail(p, kind.value, f"Driver {pod.name} exited with {kind.value} (exit {code}), which a restart cannot fix{detail}")
+        fail(p, kind.reason, f"Driver {pod.name} exited with {kind.reason} (exit {code}), which a restart cannot fix{detail}")
         return
     count_failure(p, pod.name, f"failed (exit {code}){detail}", error=pod.message or f"exit code {code}",
                   why=f"driver failed (exit {code})")

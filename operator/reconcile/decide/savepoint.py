@@ -6,9 +6,10 @@ each pass, retention at the end of every pass).
 
 from __future__ import annotations
 
+from streamjob_contract.runtime_status import SavepointState
 from streamjob_operator.api.status import MAX_SAVEPOINT_HISTORY, LifecycleState, Operation, SavepointInfo
 
-from ..model import DeleteSavepoint, SavepointState, TriggerSavepoint
+from ..model import DeleteSavepoint, TriggerSavepoint
 from ..policy import parse_duration, parse_time
 from .context import POLL_SECONDS, OpKind, Pass, Phase, clip
 
@@ -43,7 +44,7 @@ def savepointing(p: Pass) -> None:
     cur = p.current
     manifest = p.obs.manifest if p.obs.manifest and p.obs.manifest.path == op.savepoint_path else None
     progress = p.obs.savepoint
-    if manifest is not None or (progress is not None and progress.state is SavepointState.completed):
+    if manifest is not None or (progress is not None and progress.state is SavepointState.COMPLETED):
         completed(p, manifest.batch_id if manifest else (progress.batch_id if progress else None),
                   manifest.size_bytes if manifest else None)
         return
@@ -51,7 +52,7 @@ def savepointing(p: Pass) -> None:
         completed(p, cur.savepoint_batch)  # the runtime's termination message says it wrote the manifest
         return
     why: str | None = None
-    if progress is not None and progress.state is SavepointState.failed:
+    if progress is not None and progress.state is SavepointState.FAILED:
         why = progress.error or "the driver reported the savepoint failed"
     elif p.past(op.deadline):
         why = f"no complete savepoint (manifest) at {op.savepoint_path} by the deadline {op.deadline}"

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from job_runtime.s3 import Location, S3Config, Store, StoredFile, parse_location
+from streamjob_contract.s3 import Location, S3Config, Store, StoredFile, parse_location
 
 log = logging.getLogger(__name__)
 

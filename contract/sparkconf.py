@@ -3,7 +3,7 @@
 Read by job_runtime.session (`engine_conf` refuses a --conf that sets one of
 them) and by streamjob_operator.api.spec (a CEL rule on `spec.sparkConf` per
 key, so `kubectl apply` refuses the same keys with the same reason before any
-driver starts). Also the keys that carry credentials (SECRET_KEY_PATTERN), which
+driver starts). Also the keys that carry credentials (CREDENTIAL_CONF_PATTERN), which
 the CRD refuses so a secret never stands in a spec, a status or a pod's
 arguments. Pure: data and message text only.
 
@@ -74,13 +74,13 @@ def owned(key: str) -> OwnedConf | None:
 # plus the Hadoop and Kafka spellings it misses: fs.azure.account.key.*,
 # fs.gs.auth.service.account.private.key, fs.s3a.encryption.key (SSE-C) and
 # sasl.jaas.config. RE2 syntax, so the CRD's CEL rule uses the very same pattern.
-SECRET_KEY_PATTERN = r"(?i)(secret|password|token|access[.]?key|private[.]?key|account[.]key|encryption[.]key|jaas)"
+CREDENTIAL_CONF_PATTERN = r"(?i)(secret|password|token|access[.]?key|private[.]?key|account[.]key|encryption[.]key|jaas)"
 # ...except a key that configures how a credential is found rather than holding one: a file
 # (spark.authenticate.secret.file, ...oauthTokenFile: a path to a mounted Secret, the way to
 # pass such a value), a provider or binding class (fs.s3a.aws.credentials.provider,
 # fs.s3a.delegation.token.binding), a mechanism or a switch (spark.kafka.clusters.*.sasl.token.mechanism).
-SECRET_EXEMPT_PATTERN = r"(?i)(file|path|providers?|binding|mechanism|enabled|class|type)$"
-SECRET_REFUSAL = (
+CREDENTIAL_EXEMPT_PATTERN = r"(?i)(file|path|providers?|binding|mechanism|enabled|class|type)$"
+CREDENTIAL_REFUSAL = (
     "holds a credential, and sparkConf is readable by anyone who can read the StreamJob (its status keeps a copy) "
     "and becomes the driver's command line: put S3 keys in a Secret named by spec.s3.credentialsSecret, Kafka "
     "credentials in one named by sasl.secretRef, and anything else in a Secret mounted through spec.podTemplate, "
@@ -89,5 +89,5 @@ SECRET_REFUSAL = (
 
 
 def carries_secret(key: str) -> bool:
-    """True when `key`'s value would be a credential in plain text (see SECRET_KEY_PATTERN)."""
-    return re.search(SECRET_KEY_PATTERN, key) is not None and re.search(SECRET_EXEMPT_PATTERN, key) is None
+    """True when `key`'s value would be a credential in plain text (see CREDENTIAL_CONF_PATTERN)."""
+    return re.search(CREDENTIAL_CONF_PATTERN, key) is not None and re.search(CREDENTIAL_EXEMPT_PATTERN, key) is None

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from job_runtime import checkpoint as ckpt
+from streamjob_contract import checkpoint as ckpt
 
 MANIFEST_NAME = "_savepoint.json"
 RESTORE_MARKER = "_streamjob_restore.json"

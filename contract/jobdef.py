@@ -14,26 +14,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+
+from streamjob_contract.model import Model, cel, format_validation_error
 
 NAME_PATTERN = r"^[a-z_][a-z0-9_]{0,62}$"
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
 DURATION_PATTERN = r"^[0-9]+ (milliseconds?|seconds?|minutes?|hours?|days?)$"
-
-
-class Model(BaseModel):
-    """Base for every spec model: unknown fields are errors, names are camelCase."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-
-def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, JsonValue]:
-    """One `x-kubernetes-validations` entry (a CEL rule checked by the API server)."""
-    entry: dict[str, JsonValue] = {"rule": rule, "message": message}
-    if field_path:
-        # the API server wants a JSONPath-like ".field"; accept "field" too
-        entry["fieldPath"] = field_path if field_path.startswith(".") else "." + field_path
-    return entry
 
 
 class SourceKind(str, Enum):
@@ -358,19 +345,6 @@ class JobDefinition(Model):
 
 class JobDefinitionError(ValueError):
     """A job definition file that cannot be used; the message names the file and field."""
-
-
-def format_validation_error(prefix: str, err: ValidationError) -> str:
-    """Render pydantic errors as 'prefix.field.path: message' lines."""
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        msg = e["msg"]
-        value = e.get("input")
-        if isinstance(value, (str, int, float, bool)) and e.get("type") != "missing":
-            msg = f"{msg} (got {value!r})"  # a scalar shows what was wrong; objects would only be noise
-        lines.append(f"{prefix}.{loc}: {msg}" if loc else f"{prefix}: {msg}")
-    return "; ".join(lines)
 
 
 def parse_job_definition(data: Any, where: str = "job") -> JobDefinition:

@@ -1,6 +1,6 @@
 """S3 connection settings, storage URIs, and a small file-store seam over S3 and local disk.
 
-Called by ``job_runtime.checkpoint`` and ``job_runtime.savepoint`` (and through
+Called by ``streamjob_contract.checkpoint`` and ``job_runtime.savepoint`` (and through
 them by the runtime in the driver and by the operator, which imports the savepoint
 library without a JVM), and by ``job_runtime.savepoint_cli``.
 

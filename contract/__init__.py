@@ -1,0 +1,24 @@
+"""The StreamJob contract: what the operator, the job runtime and the kubectl plugin agree on.
+
+Installed as ``streamjob_contract``. The operator, the runtime and the CLI import it; it
+imports none of them, nor Spark, the Kubernetes client or kopf (an import-linter contract in
+pyproject.toml says so). boto3 is imported, lazily, by the storage readers (``s3``) only.
+
+- ``model``: the base of the resource's typed models (``Model``, ``cel``).
+- ``jobdef``: the job definition, a StreamJob's ``spec.job``.
+- ``sparkconf``: the Spark confs the runtime owns, refused by the CRD and the runtime alike.
+- ``exitcodes``: the runtime's exit codes and what each means to the operator.
+- ``runtime_status``: the runtime's states and its control endpoint's payloads.
+- ``s3``, ``checkpoint``: storage locations and the checkpoint layout, read without Spark.
+- ``savepoint_manifest``, ``savepoints``: the savepoint format, and reading, validating and
+  deleting savepoints in storage.
+- ``httpserve``: the bounded HTTP server of the driver's control endpoint and the operator's
+  health and metrics endpoints (one implementation of the bounds both promise).
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("streamjob")  # the one place it is set: pyproject.toml [project] version
+except PackageNotFoundError:  # imported from a source tree that is not installed
+    __version__ = "0+unknown"
