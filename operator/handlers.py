@@ -113,12 +113,14 @@ def reconcile(namespace: str, name: str) -> Decision | None:
             meta = body["metadata"]
             owner = Owner(name, namespace, meta["uid"])
             generation = int(meta.get("generation") or 1)
+            status = _status_of(body)
+            now = datetime.now(timezone.utc)
             try:
                 spec = parse_spec(body.get("spec"))
             except SpecError as err:
+                # a spec stored before a stricter CRD (an operator upgrade): said in status and an event, never acted on
+                _report(actor, owner, status, [Problem("InvalidSpec", str(err))], now, generation)
                 raise kopf.PermanentError(str(err)) from None
-            status = _status_of(body)
-            now = datetime.now(timezone.utc)
             try:
                 observations = observe(clients, body, spec, status, now, SETTINGS.repartition_supported)
             except Exception as err:
