@@ -134,6 +134,11 @@ def reconcile(namespace: str, name: str) -> Decision | None:
                 except Exception as err:  # nothing may be acted on that status does not record
                     _post(actor, owner, [Event("Warning", "StatusWriteFailed", describe_error(err, "writing status").message)])
                     raise PassFailed(str(err)) from err
+            # a pass's events follow its status write, as its actions do: an event tells of a transition that status
+            # already records. Posted first, an event of a pass whose status write then fails (a conflict, a lost
+            # Lease, an admission refusal) would announce what never happened, and the retried pass would announce
+            # it again. Events are best effort in Kubernetes anyway (rate-limited, aggregated, expired after an
+            # hour); what a user must be able to rely on is in status (state, lastError, the Degraded reason).
             _post(actor, owner, decision.events)
             problems = _act(actor, owner, spec, decision, clients)
             if problems:

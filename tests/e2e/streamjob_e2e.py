@@ -217,6 +217,15 @@ class Jobs:
     def reasons(self, name: str) -> list[str]:
         return [r for r, _ in self.events(name)]
 
+    def wait_event(self, name: str, reason: str, timeout: float = 30.0) -> list[str]:
+        """The messages of the job's events with this reason, once there is one.
+
+        The operator posts a pass's events after that pass's status write (the write-ahead log comes first),
+        so a test that has just seen a status must wait for the event of the same pass, not read it at once.
+        """
+        return wait_for(lambda: [m for r, m in self.events(name) if r == reason], timeout,
+                        f"{self.namespace}/{name}: a {reason} event (events: {self.events(name)})")
+
     def condition(self, name: str, type_: str) -> dict[str, Any]:
         return next(c for c in self.status(name).get("conditions", []) if c["type"] == type_)
 
@@ -281,6 +290,94 @@ class DriverCounter:
 
     def __enter__(self) -> DriverCounter:
         self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+class JobWatch:
+    """Records every version of the StreamJobs of one namespace that the API server stored, in order.
+
+    A poll sees a state only when it happens to land inside it, and a transient state (Deploying, an
+    operation's phase) can be over between two polls. The operator writes each state to status before it
+    acts on it (the write-ahead log), so each one is a stored version, and a watch is sent every stored
+    version: what is recorded here is the job's whole history. Lists once, then watches from the last
+    resourceVersion seen (like DriverCounter); it lists again only on 410, and counts that in ``relists``
+    (versions between the two may be missing then).
+    """
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.namespace = namespace
+        self.relists = -1
+        self._versions: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _record(self, obj: dict[str, Any]) -> None:
+        with self._lock:
+            meta = obj.get("metadata") or {}
+            key = (meta.get("name"), meta.get("resourceVersion"))
+            if not any((v["metadata"]["name"], v["metadata"].get("resourceVersion")) == key for v in self._versions[-50:]):
+                self._versions.append(json.loads(json.dumps(obj)))
+
+    def _run(self) -> None:
+        rv: str | None = None
+        list_objects = self.custom.list_namespaced_custom_object
+        while not self._stop.is_set():
+            try:
+                if rv is None:
+                    listing = list_objects(API_GROUP, API_VERSION, self.namespace, PLURAL)
+                    self.relists += 1
+                    for obj in listing.get("items", []):
+                        self._record(obj)
+                    rv = listing["metadata"]["resourceVersion"]
+                for ev in watch.Watch().stream(list_objects, API_GROUP, API_VERSION, self.namespace, PLURAL,
+                                               resource_version=rv, timeout_seconds=5):
+                    obj = ev["object"]
+                    rv = obj["metadata"]["resourceVersion"]
+                    if ev["type"] in ("ADDED", "MODIFIED"):
+                        self._record(obj)
+                    if self._stop.is_set():
+                        break
+            except ApiException as err:
+                if err.status == 410:
+                    rv = None  # too old: list again
+                else:
+                    time.sleep(0.5)
+            except Exception:
+                time.sleep(0.5)
+
+    def versions(self, name: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [v for v in self._versions if v["metadata"]["name"] == name]
+
+    def transitions(self, name: str) -> list[tuple[str | None, str | None]]:
+        """(status.state, status.operation.kind) each time either changed, in order."""
+        out: list[tuple[str | None, str | None]] = []
+        for v in self.versions(name):
+            st = v.get("status") or {}
+            now = (st.get("state"), (st.get("operation") or {}).get("kind"))
+            if not out or out[-1] != now:
+                out.append(now)
+        return out
+
+    def recorded(self, name: str, what: str, probe: Callable[[dict[str, Any]], bool], timeout: float = 30.0,
+                 since: int = 0) -> list[dict[str, Any]]:
+        """Every recorded version of the job (from the ``since``-th on) whose status matches ``probe``, once there
+        is one; the wait is for the watch to catch up, or for a state the job passes through however briefly."""
+        try:
+            return wait_for(lambda: [v for v in self.versions(name)[since:] if probe(dict(v.get("status") or {}))], timeout,
+                            f"{self.namespace}/{name}: a recorded version {what}", interval=0.05)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\ntransitions: {self.transitions(name)}; relists: {self.relists}") from None
+
+    def __enter__(self) -> JobWatch:
+        self._thread.start()
+        wait_for(lambda: self.relists >= 0, 30, f"the watch of StreamJobs in {self.namespace} to list")
         return self
 
     def __exit__(self, *_: object) -> None:

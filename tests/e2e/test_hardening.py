@@ -128,8 +128,8 @@ def test_a_quota_that_forbids_the_driver_pod_is_reported_at_once_and_the_job_run
     assert "quota-driver-1" in refused["reconcileError"]["message"] and "no-pods" in refused["reconcileError"]["message"]
     status, reason, message = _degraded(jobs.status("quota"))
     assert (status, reason) == ("True", "QuotaExceeded") and "exceeded quota" in message
-    events = [m for r, m in jobs.events("quota") if r == "QuotaExceeded"]
-    assert events and "quota-driver-1" in events[0], jobs.events("quota")
+    events = jobs.wait_event("quota", "QuotaExceeded")  # posted after the status write that reported it
+    assert "quota-driver-1" in events[0], jobs.events("quota")
     assert not jobs.driver_pods("quota")
     # the refusal repeats on every pass: counted, one event
     jobs.wait("quota", "the refusal counted again", lambda st: st["reconcileError"]["count"] >= 3, timeout=30)
@@ -158,8 +158,8 @@ def test_an_admission_policy_that_denies_driver_pods_is_reported_and_cleared_whe
         assert "streaming drivers are not allowed" in refused["reconcileError"]["message"]
         status, reason, _ = _degraded(jobs.status("vap"))
         assert (status, reason) == ("True", "AdmissionDenied")
-        events = [m for r, m in jobs.events("vap") if r == "AdmissionDenied"]
-        assert events and "streaming drivers are not allowed" in events[0], jobs.events("vap")
+        events = jobs.wait_event("vap", "AdmissionDenied")  # posted after the status write that reported it
+        assert "streaming drivers are not allowed" in events[0], jobs.events("vap")
         assert not jobs.driver_pods("vap")
 
     wait_for(lambda: jobs.driver_pods("vap"), 60, "the driver pod once the policy is gone")
@@ -187,12 +187,12 @@ def test_a_missing_s3_secret_is_named_while_the_driver_waits_and_the_deadline_fa
     stuck = jobs.wait("nosecret", "Degraded CreateContainerConfigError",
                       lambda st: _degraded(st)[1] == "CreateContainerConfigError", timeout=30)
     assert 'secret "missing-s3-creds" not found' in _degraded(stuck)[2] and "nosecret-driver-1" in _degraded(stuck)[2]
-    events = [m for r, m in jobs.events("nosecret") if r == "CreateContainerConfigError"]
-    assert events and "missing-s3-creds" in events[0], jobs.events("nosecret")
+    events = jobs.wait_event("nosecret", "CreateContainerConfigError")  # posted after the status write with Degraded
+    assert "missing-s3-creds" in events[0], jobs.events("nosecret")
 
     failed = jobs.wait("nosecret", "Failed once the restart policy is used up", lambda st: st.get("state") == "Failed", timeout=120)
     assert failed["totalRestarts"] == 1 and failed["driverEpoch"] == 2
-    wait_for(lambda: "RestartPolicyExhausted" in jobs.reasons("nosecret"), 10, "the event of the failure")  # posted after status
+    jobs.wait_event("nosecret", "RestartPolicyExhausted")  # posted after the status write that says Failed
     assert "DriverNotStarted" in jobs.reasons("nosecret"), jobs.events("nosecret")
     not_started = [m for r, m in jobs.events("nosecret") if r == "DriverNotStarted"]
     assert "missing-s3-creds" in not_started[0] and "readinessTimeoutSeconds=10s" in not_started[0], not_started
@@ -200,8 +200,10 @@ def test_a_missing_s3_secret_is_named_while_the_driver_waits_and_the_deadline_fa
     status, reason, message = _degraded(failed)
     assert (status, reason) == ("True", "RestartPolicyExhausted") and "missing-s3-creds" in message
     # the operator's own read of the Secret (the checkpoint's latest batch, once the driver is gone) fails too, and says which
-    own = [m for r, m in jobs.events("nosecret") if "spec.s3.credentialsSecret" in m]
-    assert own and 'secrets "missing-s3-creds" not found' in own[0], jobs.events("nosecret")
+    # (reported by a pass of its own, which may come after the one that wrote Failed: waited for, not read at once)
+    own = wait_for(lambda: [m for r, m in jobs.events("nosecret") if "spec.s3.credentialsSecret" in m], 30,
+                   "an event naming spec.s3.credentialsSecret")
+    assert 'secrets "missing-s3-creds" not found' in own[0], jobs.events("nosecret")
 
 
 def test_an_image_typo_in_an_upgrade_is_rolled_back_from_its_savepoint_then_a_redeploy_nonce_restores_an_older_one(
@@ -225,8 +227,8 @@ def test_an_image_typo_in_an_upgrade_is_rolled_back_from_its_savepoint_then_a_re
                         lambda st: _degraded(st)[1] in ("ErrImagePull", "ImagePullBackOff"), timeout=180)
     assert pending["state"] == "Upgrading" and pending["driverPod"] == "typo-driver-2"
     assert UNKNOWN_IMAGE in _degraded(pending)[2]
-    pulled = [m for r, m in jobs.events("typo") if r == "ErrImagePull"]
-    assert pulled and "typo-driver-2" in pulled[0] and UNKNOWN_IMAGE in pulled[0], jobs.events("typo")
+    pulled = jobs.wait_event("typo", "ErrImagePull")  # posted after the status write with Degraded
+    assert "typo-driver-2" in pulled[0] and UNKNOWN_IMAGE in pulled[0], jobs.events("typo")
 
     rolled = jobs.wait_ready("typo", driverPod="typo-driver-3", timeout=420)
     assert rolled["lastStableSpec"] == stable["lastStableSpec"] and stable_image(rolled) == DEV_IMAGE
@@ -235,7 +237,7 @@ def test_an_image_typo_in_an_upgrade_is_rolled_back_from_its_savepoint_then_a_re
     assert rolled["blockedChange"]["reason"] == "RolledBack"
     rolling = [m for r, m in jobs.events("typo") if r == "RollingBack"]
     assert rolling and "readinessTimeoutSeconds=20s" in rolling[0] and UNKNOWN_IMAGE in rolling[0], jobs.events("typo")
-    assert "RolledBack" in jobs.reasons("typo")
+    jobs.wait_event("typo", "RolledBack")  # posted in the pass that may be the one whose status wait_ready saw
     status, reason, _ = _degraded(rolled)
     assert (status, reason) == ("True", "RolledBack")
     later = jobs.wait("typo", "progress after the rollback",

@@ -72,7 +72,8 @@ def test_a_job_runs_restarts_upgrades_suspends_resumes_and_is_deleted_with_a_sav
     assert upgraded["checkpointLocation"].endswith("/run-3")
     assert '"image":"ghcr.io/streamjob/streamjob-runtime:0.1.1"' in upgraded["lastStableSpec"]
     assert_runs_in_image(core_v1, namespace, "life-driver-3")
-    assert {"Upgrading", "SavepointCompleted", "DriverCreated", "UpgradeCompleted"} <= set(jobs.reasons("life"))
+    jobs.wait_event("life", "UpgradeCompleted")  # posted after the status write that wait_ready saw
+    assert {"Upgrading", "SavepointCompleted", "DriverCreated"} <= set(jobs.reasons("life")), jobs.events("life")
 
     # storage hygiene: once the upgraded driver has committed a batch of its own, it prunes the superseded run-1
     old, new = (st["checkpointLocation"].split("://streamjob/", 1)[1] for st in (before, upgraded))

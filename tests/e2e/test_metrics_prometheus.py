@@ -126,7 +126,7 @@ def test_prometheus_scrapes_the_operator_through_a_lifecycle_and_every_dashboard
     jobs.wait("watched", "a manual savepoint", lambda st: (st.get("lastSavepoint") or {}).get("trigger") == "manual")
     jobs.patch("watched", {"image": DEV_IMAGE.replace("0.1.0", "0.1.1")})
     jobs.wait_ready("watched", driverPod="watched-driver-3")
-    assert "UpgradeCompleted" in jobs.reasons("watched"), jobs.events("watched")
+    jobs.wait_event("watched", "UpgradeCompleted")  # posted after the status write that wait_ready saw
     jobs.wait("watched", "a batch after the upgrade", lambda st: st["lastCheckpoint"]["batchId"] > first_batch + 1)
 
     # what the passes counted reaches Prometheus

@@ -31,11 +31,20 @@ from streamjob_operator.health import READINESS_PATH, parse_endpoint
 from streamjob_operator.k8s.lease_rules import Timings
 from streamjob_operator.main import KOPF_ANSWER_SECONDS, build_parser
 from testbed import TestBed
-from testbed.waiting import wait_for
 
 from test_chart_networkpolicy import render
 from ha_replicas import HealthWatch, Replica, Replicas
-from streamjob_e2e import DEV_IMAGE, DriverCounter, Jobs, assert_exactly_once, output_values, rate_job, savepoint_manifest
+from streamjob_e2e import (
+    DEV_IMAGE,
+    START_TIMEOUT,
+    DriverCounter,
+    Jobs,
+    JobWatch,
+    assert_exactly_once,
+    output_values,
+    rate_job,
+    savepoint_manifest,
+)
 
 WRITES = ("Created driver pod", "Deleted driver pod", "Triggered savepoint", "Recorded event", "Created token secret",
           "Pruned savepoint", "Cleared reconcile error")
@@ -62,7 +71,11 @@ def health() -> Iterator[HealthWatch]:
 
 
 def requested(kind: str) -> Any:
-    """The operation of this kind has asked the driver for its savepoint (the id is recorded)."""
+    """The operation of this kind has asked the driver for its savepoint (the id is recorded).
+
+    A state that lasts as long as the savepoint: it is taken from the watch's record (JobWatch), which has
+    every status write, so the wait cannot miss it however quick the savepoint; the fault follows at once,
+    and may land a little later in the operation, which the convergence asserted afterwards covers too."""
     return lambda st: (st.get("operation") or {}).get("kind") == kind and bool((st.get("operation") or {}).get("triggerId"))
 
 
@@ -107,33 +120,37 @@ def converge_through(faults: list[tuple[str, str]], testbed: TestBed, replicas: 
     jobs.wait_ready("ha", driverPod="ha-driver-1")
     jobs.wait("ha", "a completed checkpoint", lambda st: (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 1)
     driver, image, manual = 1, DEV_IMAGE, None
-    for n, (moment, fault) in enumerate(faults, start=1):
-        if moment == "mid-savepoint":
-            jobs.patch("ha", {"savepointNonce": n})
-            jobs.wait("ha", "the manual savepoint requested", requested("savepoint"))
-        elif moment == "mid-upgrade":
-            driver, image = driver + 1, DEV_IMAGE.replace("0.1.0", f"0.1.{n}")
-            jobs.patch("ha", {"image": image})
-            jobs.wait("ha", "the upgrade's savepoint requested", requested("upgrade"))
-        leader = fail_leader(replicas, health, leader, fault)
-        if moment == "mid-savepoint":
-            done = jobs.wait("ha", "the manual savepoint completed by the new leader",
-                             lambda st: ((st.get("lastSavepoint") or {}).get("trigger") == "manual"
-                                         and st["lastSavepoint"]["path"] != manual and st.get("operation") is None),
-                             timeout=120)
-            manual = done["lastSavepoint"]["path"]
-            assert savepoint_manifest(s3, manual) is not None
-        elif moment == "mid-upgrade":
-            jobs.wait("ha", "the upgraded driver created by the new leader",
-                      lambda st: st.get("driverPod") == f"ha-driver-{driver}", timeout=120)
+    with JobWatch(jobs.custom.api_client, namespace) as history:  # every status write from here on
+        for n, (moment, fault) in enumerate(faults, start=1):
+            since = len(history.versions("ha"))
+            if moment == "mid-savepoint":
+                jobs.patch("ha", {"savepointNonce": n})
+                history.recorded("ha", "with the manual savepoint requested", requested("savepoint"),
+                                 timeout=START_TIMEOUT, since=since)
+            elif moment == "mid-upgrade":
+                driver, image = driver + 1, DEV_IMAGE.replace("0.1.0", f"0.1.{n}")
+                jobs.patch("ha", {"image": image})
+                history.recorded("ha", "with the upgrade's savepoint requested", requested("upgrade"),
+                                 timeout=START_TIMEOUT, since=since)
+            leader = fail_leader(replicas, health, leader, fault)
+            if moment == "mid-savepoint":
+                done = jobs.wait("ha", "the manual savepoint completed by the new leader",
+                                 lambda st: ((st.get("lastSavepoint") or {}).get("trigger") == "manual"
+                                             and st["lastSavepoint"]["path"] != manual and st.get("operation") is None),
+                                 timeout=120)
+                manual = done["lastSavepoint"]["path"]
+                assert savepoint_manifest(s3, manual) is not None
+            elif moment == "mid-upgrade":
+                jobs.wait("ha", "the upgraded driver created by the new leader",
+                          lambda st: st.get("driverPod") == f"ha-driver-{driver}", timeout=120)
 
     final = jobs.wait_ready("ha", driverPod=f"ha-driver-{driver}")
     assert json.loads(final["lastStableSpec"])["image"] == image
     assert final["totalRestarts"] == 0 and final.get("reconcileError") is None
     if driver > 1:
         assert final["lastSavepoint"]["trigger"] == "upgrade" and final["restoredFrom"] == final["lastSavepoint"]["path"]
-        # the event is sent after the status write of the same pass: poll for it
-        wait_for(lambda: "UpgradeCompleted" in jobs.reasons("ha"), 60, "the UpgradeCompleted event")
+        # the event is sent after the status write of the same pass: wait for it
+        jobs.wait_event("ha", "UpgradeCompleted", timeout=60)
     jobs.wait("ha", "progress after the last fault",
               lambda st: st["lastCheckpoint"]["batchId"] > final["lastCheckpoint"]["batchId"] + 1)
     assert health.probes > 0
