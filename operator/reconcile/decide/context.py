@@ -13,6 +13,8 @@ import hashlib
 import json
 from datetime import datetime, timedelta
 from enum import Enum
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from streamjob_operator.api.spec import StreamJobSpec
@@ -74,6 +76,22 @@ PROGRESS_REASON = {
     OpKind.savepoint: "Savepointing",
     OpKind.delete: "Deleting",
 }
+
+
+@dataclass(frozen=True)
+class Steps:
+    """What one operation kind does at the points every operation passes through.
+
+    Each operation module (deploy, restart, upgrade, suspend, savepoint, deletion)
+    builds its own; ``flow`` looks them up by ``OpKind`` and hands them to the shared
+    phases (``stopping``, ``rollout``), so a phase never switches on the kind.
+    """
+
+    after_stopping: Callable[[Pass], None]  # every driver is gone
+    started: Callable[[Pass, DriverPod], None]  # the new driver runs
+    exited_while_starting: Callable[[Pass, DriverPod], None]  # the new driver exited before it ran or was ready
+    not_started: Callable[[Pass, str], None]  # the deploy deadline passed before the driver ran
+    force_at_deadline: bool = False  # past op.deadline, drivers are deleted with grace 0 and the stop finishes anyway
 
 
 def spec_dict(spec: StreamJobSpec) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Restart: a driver that exited without a request, the restart policy, and the wait before a restart.
 
-Pure. Called by ``reconcile.decide.flow`` when the current driver has exited,
-and by the upgrade module for restartNonce.
+Pure. Called by ``steady`` when the current driver has exited, by the upgrade
+module for restartNonce, and, through every operation's ``Steps``, when a new
+driver exits or does not start (the restart policy decides what happens next).
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from streamjob_operator.api.status import MAX_FAILURE_TIMES, LifecycleState, Ope
 
 from ..model import DriverPod
 from ..policy import describe_policy, fmt_time, parse_time, restart_delay
-from . import deploy
-from .context import OpKind, Pass, Phase, RestoreMode, clip
+from . import rollout
+from .context import OpKind, Pass, Phase, RestoreMode, Steps, clip
 
 
 def driver_exited(p: Pass, pod: DriverPod) -> None:
@@ -87,14 +88,34 @@ def stopped(p: Pass) -> None:
         p.again(max(0.0, (at - p.now).total_seconds()))
     else:
         assert p.st.last_reconciled_spec is not None
-        deploy.enter_deploying(p, p.op(), p.st.last_reconciled_spec)
+        rollout.enter_deploying(p, p.op(), p.st.last_reconciled_spec)
 
 
 def waiting(p: Pass) -> None:
     if p.past(p.st.next_restart_at) or p.st.next_restart_at is None:
         assert p.st.last_reconciled_spec is not None
-        deploy.enter_deploying(p, p.op(), p.st.last_reconciled_spec)
+        rollout.enter_deploying(p, p.op(), p.st.last_reconciled_spec)
         return
     at = parse_time(p.st.next_restart_at)
     assert at is not None
     p.again(max(0.0, (at - p.now).total_seconds()))
+
+
+def exited_while_starting(p: Pass, pod: DriverPod) -> None:
+    """A new driver exited before it ran: the operation ends, and the next pass applies the restart policy."""
+    p.update(operation=None, state=LifecycleState.running)
+    p.again(0)
+
+
+def not_started(p: Pass, why: str) -> None:
+    """The deploy deadline passed before the driver ran: a failure the restart policy counts."""
+    limit = f"spec.rollback.readinessTimeoutSeconds={p.spec.rollback.readiness_timeout_seconds}s"
+    count_failure(p, p.st.driver_pod or "driver", f"{why} (deadline {limit})", reason="DriverNotStarted")
+
+
+STEPS = Steps(
+    after_stopping=stopped,
+    started=rollout.started,
+    exited_while_starting=exited_while_starting,
+    not_started=not_started,
+)

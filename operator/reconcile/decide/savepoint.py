@@ -1,7 +1,7 @@
 """Savepoints: manual and periodic ones, the Savepointing phase of every operation, and retention.
 
-Pure. Called by ``reconcile.decide.flow`` (nonce, schedule, the phase on
-each pass, retention at the end of every pass).
+Pure. Called by ``steady`` (nonce, schedule) and ``flow`` (the Savepointing
+phase on each pass, retention at the end of every pass).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from streamjob_operator.api.status import MAX_SAVEPOINT_HISTORY, LifecycleState,
 
 from ..model import DeleteSavepoint, TriggerSavepoint
 from ..policy import parse_duration, parse_time
-from .context import POLL_SECONDS, OpKind, Pass, Phase, clip
+from . import restart, rollout
+from .context import POLL_SECONDS, OpKind, Pass, Phase, Steps, clip
 
 
 def start_savepoint(p: Pass, trigger: str) -> None:
@@ -129,3 +130,12 @@ def retention(p: Pass) -> None:
     p.emit("Normal", "SavepointsPruned",
            f"Pruned {len(drop)} savepoint(s) beyond retention (count {sp.retention.count}"
            f"{f', maxAge {sp.retention.max_age}' if sp.retention.max_age else ''}): {', '.join(i.path for i in drop)}")
+
+
+# a savepoint operation never stops its driver; should a recorded one reach Stopping, it deploys again
+STEPS = Steps(
+    after_stopping=rollout.deploy_target,
+    started=rollout.started,
+    exited_while_starting=restart.exited_while_starting,
+    not_started=restart.not_started,
+)

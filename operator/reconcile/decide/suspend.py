@@ -1,7 +1,7 @@
 """Suspend and resume: stop with a savepoint (or the latest checkpoint), and deploy again on resume.
 
-Pure. Called by ``reconcile.decide.flow`` when spec.state and the lifecycle
-state disagree.
+Pure. Called by ``steady`` when spec.state and the lifecycle state disagree;
+``flow`` hands ``SUSPEND`` and ``RESUME`` to the shared phases.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import json
 from streamjob_operator.api.spec import DesiredState, UpgradeMode
 from streamjob_operator.api.status import LifecycleState, Operation
 
-from . import deploy, upgrade
-from .context import OpKind, Pass, Phase, RestoreMode, spec_hash, spec_json
+from . import deploy, restart, rollout
+from .context import OpKind, Pass, Phase, RestoreMode, Steps, spec_hash, spec_json
+from .repartition import refuse_repartition
 
 
 def start_suspend(p: Pass) -> None:
@@ -50,7 +51,7 @@ def stopped(p: Pass) -> None:
 
 def suspended(p: Pass) -> None:
     if p.spec.state is DesiredState.running:
-        if upgrade.refuse_repartition(p):
+        if refuse_repartition(p):
             return
         resume(p)
         return
@@ -86,4 +87,19 @@ def resume(p: Pass) -> None:
         message=f"resuming from savepoint {path}" if path else f"resuming ({mode.value})",
     )
     p.emit("Normal", "Resuming", f"Resuming the job {f'from savepoint {path}' if path else f'with upgradeMode {mode.value}'}")
-    deploy.enter_deploying(p, op, spec_json(p.spec))
+    rollout.enter_deploying(p, op, spec_json(p.spec))
+
+
+SUSPEND = Steps(
+    after_stopping=stopped,
+    started=rollout.started,
+    exited_while_starting=restart.exited_while_starting,
+    not_started=restart.not_started,
+)
+
+RESUME = Steps(
+    after_stopping=rollout.deploy_target,
+    started=rollout.started,
+    exited_while_starting=restart.exited_while_starting,
+    not_started=restart.not_started,
+)

@@ -1,43 +1,23 @@
 """Upgrade and rollback: rolling out a changed spec, waiting for it to be ready, rolling back.
 
-Pure. Called by ``reconcile.decide.flow`` for a running or stopped job whose
-spec differs from ``status.lastReconciledSpec``, and by the deploy module
-while an upgraded driver starts.
+Pure. Called by ``steady`` for a running or stopped job whose spec differs
+from ``status.lastReconciledSpec``; ``flow`` hands ``UPGRADE`` and ``ROLLBACK``
+to the shared phases, and calls ``awaiting_ready`` for an upgraded driver
+that has not completed a batch yet.
 """
 
 from __future__ import annotations
 
 import json
 
-from streamjob_operator.api.spec import DesiredState, UpgradeMode
+from streamjob_operator.api.spec import UpgradeMode
 from streamjob_operator.api.status import LifecycleState, Operation
 
 from ..changes import ChangeKind, changed_fields, classify
 from ..model import DriverPod
-from . import restart, suspend
-from .context import POLL_SECONDS, OpKind, Pass, Phase, RestoreMode, clip, hash_text, spec_dict, spec_hash, spec_json
-
-
-def refuse_repartition(p: Pass) -> bool:
-    """True (and blocked, with an event) when the change needs a state repartition the runtime cannot do."""
-    assert p.st.last_reconciled_spec is not None
-    old = json.loads(p.st.last_reconciled_spec)
-    if classify(old, spec_dict(p.spec)) is not ChangeKind.state_repartition:
-        return False
-    if p.spec.upgrade_mode is UpgradeMode.stateless:
-        return False
-    if p.spec.upgrade_mode is UpgradeMode.savepoint and p.obs.repartition_supported:
-        return False
-    if p.blocked():
-        return True
-    message = (
-        f"spec.statePartitions: changing {old.get('statePartitions')} -> {p.spec.state_partitions} needs an offline "
-        "state repartition from a savepoint, which the installed runtime does not support; the job keeps its "
-        "current spec. Revert the change, or set upgradeMode stateless to start with fresh state."
-    )
-    p.block("StatePartitionsChangeRefused", message)
-    p.emit("Warning", "StatePartitionsChangeRefused", message)
-    return True
+from . import restart, rollout
+from .context import POLL_SECONDS, OpKind, Pass, Phase, RestoreMode, Steps, clip, hash_text, spec_dict, spec_hash, spec_json
+from .repartition import refuse_repartition
 
 
 def start_change(p: Pass) -> bool:
@@ -90,10 +70,7 @@ def start_change(p: Pass) -> bool:
 
 
 def stopped_job(p: Pass) -> None:
-    """Failed or Finished: wait for a spec change or a restartNonce."""
-    if p.spec.state is DesiredState.suspended:
-        suspend.suspend_stopped(p)
-        return
+    """Failed or Finished (and not asked to suspend): wait for a spec change or a restartNonce."""
     assert p.st.last_reconciled_spec is not None
     kind = classify(json.loads(p.st.last_reconciled_spec), spec_dict(p.spec))
     if kind is ChangeKind.ignore:
@@ -153,8 +130,28 @@ def exited_while_starting(p: Pass, pod: DriverPod) -> None:
     if p.op().kind == OpKind.upgrade.value and can_roll_back(p):
         start_rollback(p, f"the upgraded driver {pod.name} exited before becoming ready (exit {pod.exit_code}){detail}")
         return
-    p.update(operation=None, state=LifecycleState.running)  # the next pass applies the restart policy
-    p.again(0)
+    restart.exited_while_starting(p, pod)
+
+
+def not_started(p: Pass, why: str) -> None:
+    """The deploy deadline passed before the upgraded driver ran: roll back, or count a failure."""
+    limit = f"spec.rollback.readinessTimeoutSeconds={p.spec.rollback.readiness_timeout_seconds}s"
+    if can_roll_back(p):
+        start_rollback(p, f"the upgraded driver did not start within {limit}: {why}")
+        return
+    restart.not_started(p, why)
+
+
+def started(p: Pass, pod: DriverPod) -> None:
+    """The upgraded driver runs: with a stable spec to return to, wait for its first batch (AwaitingReady)."""
+    if can_roll_back(p):
+        p.op_update(phase=Phase.awaiting_ready.value)  # the deadline set at creation covers the first batch too
+        p.again(POLL_SECONDS)
+        return
+    rollout.now_running(p)
+    p.emit("Normal", "UpgradeCompleted", f"Driver {pod.name} runs the new spec")
+    p.update(blocked_change=None)
+    p.again(POLL_SECONDS)
 
 
 def awaiting_ready(p: Pass) -> None:
@@ -191,3 +188,30 @@ def start_rollback(p: Pass, why: str) -> None:
     )
     p.emit("Warning", "RollingBack", f"{why}; rolling back to the last stable spec{f' from savepoint {path}' if path else ''}")
     p.again(0)
+
+
+def rollback_stopped(p: Pass) -> None:
+    """The upgraded driver is gone: deploy the last stable spec again."""
+    assert p.st.last_stable_spec is not None
+    rollout.enter_deploying(p, p.op(), p.st.last_stable_spec)
+
+
+def rolled_back(p: Pass, pod: DriverPod) -> None:
+    rollout.now_running(p)
+    p.emit("Normal", "RolledBack", f"Driver {pod.name} runs the last stable spec again")
+    p.again(POLL_SECONDS)
+
+
+UPGRADE = Steps(
+    after_stopping=rollout.deploy_target,
+    started=started,
+    exited_while_starting=exited_while_starting,
+    not_started=not_started,
+)
+
+ROLLBACK = Steps(
+    after_stopping=rollback_stopped,
+    started=rolled_back,
+    exited_while_starting=restart.exited_while_starting,
+    not_started=restart.not_started,
+)
