@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from streamjob_contract.exitcodes import ExitCode
 from streamjob_contract.runtime_status import RuntimeStatus, SavepointState, SavepointStatus
 from streamjob_operator.api.spec import StreamJobSpec
-from streamjob_operator.api.status import StreamJobStatus
+from streamjob_operator.api.status import Phase, StreamJobStatus
 from streamjob_operator.k8s.clients import Clients, DriverUnreachable
 from streamjob_operator.k8s.errors import describe_error
 from streamjob_operator.reconcile import names
@@ -192,7 +192,7 @@ def observe(
     ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in raw_pods}
     current = next((d for d in drivers if d.name == status.driver_pod), None)
     op = status.operation
-    savepointing = op is not None and op.phase == "Savepointing"
+    savepointing = op is not None and op.phase is Phase.savepointing
 
     job: JobProgress | None = None
     savepoint: SavepointProgress | None = None

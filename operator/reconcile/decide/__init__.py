@@ -38,13 +38,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from streamjob_operator.api.spec import StreamJobSpec
-from streamjob_operator.api.status import StreamJobStatus
+from streamjob_operator.api.status import OpKind, Phase, StreamJobStatus
 
 from ..model import Decision, Observations
 from . import flow
-from .context import OpKind, Pass, Phase, RestoreMode, clip, hash_text, spec_dict, spec_hash, spec_json
+from .context import Pass, clip, hash_text, spec_dict, spec_hash, spec_json
 
-__all__ = ["decide", "OpKind", "Phase", "RestoreMode", "clip", "hash_text", "spec_dict", "spec_hash", "spec_json"]
+__all__ = ["decide", "OpKind", "Phase", "clip", "hash_text", "spec_dict", "spec_hash", "spec_json"]
 
 
 def decide(spec: StreamJobSpec, status: StreamJobStatus, observations: Observations, now: datetime) -> Decision:

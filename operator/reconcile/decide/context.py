@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime, timedelta
-from enum import Enum
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from streamjob_operator.api.spec import StreamJobSpec
-from streamjob_operator.api.status import MAX_MESSAGE, BlockedChange, LifecycleState, Operation, StreamJobStatus
+from streamjob_operator.api.status import MAX_MESSAGE, BlockedChange, LifecycleState, OpKind, Operation, StreamJobStatus
 
 from .. import names
 from ..model import Action, CreateDriver, Decision, DeleteDriver, DriverPod, Event, Observations, PodPhase, TriggerSavepoint, is_disruptive
@@ -27,32 +26,6 @@ from ..policy import fmt_time, parse_time
 POLL_SECONDS = 2.0  # while an operation waits on the world
 FORCE_DELETE_GRACE_SECONDS = 30  # after the deletion deadline, how long force-deleted pods may linger
 STUCK_TERMINATING_SECONDS = 60  # a pod still there this long after its grace period is on a lost node: force-delete it
-
-
-class OpKind(str, Enum):
-    deploy = "deploy"
-    restart = "restart"
-    upgrade = "upgrade"
-    rollback = "rollback"
-    suspend = "suspend"
-    resume = "resume"
-    savepoint = "savepoint"
-    delete = "delete"
-
-
-class Phase(str, Enum):
-    savepointing = "Savepointing"
-    stopping = "Stopping"
-    waiting = "Waiting"
-    deploying = "Deploying"
-    awaiting_ready = "AwaitingReady"
-    done = "Done"  # deletion finished; kopf removes the finalizer
-
-
-class RestoreMode(str, Enum):
-    savepoint = "savepoint"
-    last_state = "last-state"
-    stateless = "stateless"
 
 
 STATE_OF_KIND = {

@@ -6,11 +6,11 @@ Pure. Called by ``flow`` on the first pass of a job with a deletionTimestamp;
 
 from __future__ import annotations
 
-from streamjob_operator.api.status import LifecycleState, Operation
+from streamjob_operator.api.status import LifecycleState, OpKind, Operation, Phase
 
 from ..model import DeleteOwnedObjects
 from . import restart, rollout
-from .context import OpKind, Pass, Phase, Steps
+from .context import Pass, Steps
 
 
 def start_deletion(p: Pass) -> None:
@@ -20,12 +20,12 @@ def start_deletion(p: Pass) -> None:
     wants = p.spec.deletion.savepoint_on_delete and p.spec.savepoint is not None
     can = wants and p.running_driver() is not None and p.reachable() and p.st.state is not LifecycleState.failed
     if can:
-        new = Operation(kind=OpKind.delete.value, phase=Phase.savepointing.value, savepoint_path=p.new_savepoint_path("delete"),
+        new = Operation(kind=OpKind.delete, phase=Phase.savepointing, savepoint_path=p.new_savepoint_path("delete"),
                         trigger="delete", started_at=p.t(), deadline=deadline, message="final savepoint before deletion")
         p.update(last_savepoint_attempt_at=p.t())
         p.emit("Normal", "Deleting", f"Deleting: taking a final savepoint to {new.savepoint_path} (at most {p.spec.deletion.timeout_seconds}s)")
     else:
-        new = Operation(kind=OpKind.delete.value, phase=Phase.stopping.value, started_at=p.t(), deadline=deadline, message="deleting")
+        new = Operation(kind=OpKind.delete, phase=Phase.stopping, started_at=p.t(), deadline=deadline, message="deleting")
         note = "; savepointOnDelete is set but the job is not running, so no final savepoint" if wants else ""
         p.emit("Normal", "Deleting", f"Deleting: stopping the driver{note}")
     if op is not None:
@@ -37,7 +37,7 @@ def start_deletion(p: Pass) -> None:
 def finish_deletion(p: Pass) -> None:
     p.deletion_done = True
     p.update(driver_pod=None, ready=False)
-    p.op_update(phase=Phase.done.value)
+    p.op_update(phase=Phase.done)
     p.actions.append(DeleteOwnedObjects())
     p.emit("Normal", "Deleted", "Driver stopped and owned objects deleted; removing the finalizer")
 

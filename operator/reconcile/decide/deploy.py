@@ -6,11 +6,11 @@ job created suspended, on resume); the Deploying phase itself is ``rollout``.
 
 from __future__ import annotations
 
-from streamjob_operator.api.spec import DesiredState
-from streamjob_operator.api.status import LifecycleState, Operation
+from streamjob_operator.api.spec import DesiredState, UpgradeMode
+from streamjob_operator.api.status import LifecycleState, OpKind, Operation, Phase
 
 from . import restart, rollout
-from .context import OpKind, Pass, Phase, RestoreMode, Steps, spec_hash, spec_json
+from .context import Pass, Steps, spec_hash, spec_json
 
 
 def first_deploy(p: Pass) -> None:
@@ -20,11 +20,11 @@ def first_deploy(p: Pass) -> None:
         return
     initial = p.spec.initial_savepoint_path
     op = Operation(
-        kind=OpKind.deploy.value,
-        phase=Phase.deploying.value,
+        kind=OpKind.deploy,
+        phase=Phase.deploying,
         target_spec_hash=spec_hash(p.spec),
         savepoint_path=initial,
-        restore_mode=(RestoreMode.savepoint if initial else RestoreMode.stateless).value,
+        restore_mode=UpgradeMode.savepoint if initial else UpgradeMode.stateless,
         started_at=p.t(),
         message=f"first deploy, restoring savepoint {initial}" if initial else "first deploy",
     )

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from streamjob_operator.api.status import LifecycleState
+from streamjob_operator.api.status import LifecycleState, OpKind, Phase
 
 from . import conditions, deletion, deploy, restart, rollout, savepoint, steady, stopping, suspend, upgrade
-from .context import OpKind, Pass, Phase, Steps
+from .context import Pass, Steps
 
 STEPS: dict[OpKind, Steps] = {
     OpKind.deploy: deploy.STEPS,
@@ -52,9 +52,9 @@ def run(p: Pass) -> None:
 
 def deleting(p: Pass) -> None:
     op = p.st.operation
-    if op is None or op.kind != OpKind.delete.value:
+    if op is None or op.kind is not OpKind.delete:
         deletion.start_deletion(p)
-    elif op.phase == Phase.done.value:
+    elif op.phase is Phase.done:
         p.deletion_done = True
     else:
         continue_operation(p)
@@ -64,9 +64,9 @@ def continue_operation(p: Pass) -> None:
     op = p.op()
     phase = PHASES.get(Phase(op.phase)) if op.phase in Phase._value2member_map_ else None
     if phase is None:  # an unknown phase (a newer operator wrote it?): start over from what is observed
-        p.emit("Warning", "OperationAbandoned", f"Unknown operation phase {op.phase!r}; re-observing")
+        p.emit("Warning", "OperationAbandoned", f"Unknown operation phase '{op.phase}'; re-observing")
         p.update(operation=None, state=LifecycleState.running)
         p.again(0)
         return
     # an unknown kind rolls out its target spec, as a deploy does
-    phase(p, STEPS.get(OpKind(op.kind), deploy.STEPS) if op.kind in OpKind._value2member_map_ else deploy.STEPS)
+    phase(p, STEPS.get(op.kind, deploy.STEPS) if op.kind in OpKind._value2member_map_ else deploy.STEPS)

@@ -8,12 +8,13 @@ driver exits or does not start (the restart policy decides what happens next).
 from __future__ import annotations
 
 from streamjob_contract.exitcodes import ExitCode
-from streamjob_operator.api.status import MAX_FAILURE_TIMES, LifecycleState, Operation
+from streamjob_operator.api.spec import UpgradeMode
+from streamjob_operator.api.status import MAX_FAILURE_TIMES, LifecycleState, OpKind, Operation, Phase
 
 from ..model import DriverPod
 from ..policy import describe_policy, fmt_time, parse_time, restart_delay
 from . import rollout
-from .context import OpKind, Pass, Phase, RestoreMode, Steps, clip
+from .context import Pass, Steps, clip
 
 
 def driver_exited(p: Pass, pod: DriverPod) -> None:
@@ -69,7 +70,7 @@ def fail(p: Pass, reason: str, message: str) -> None:
 
 def start_restart(p: Pass, why: str, counted: bool = False) -> None:
     p.update(
-        operation=Operation(kind=OpKind.restart.value, phase=Phase.stopping.value, restore_mode=RestoreMode.last_state.value,
+        operation=Operation(kind=OpKind.restart, phase=Phase.stopping, restore_mode=UpgradeMode.last_state,
                             started_at=p.t(), message=clip(why)),
         state=LifecycleState.restarting,
         last_restart_nonce=p.spec.restart_nonce,
@@ -82,7 +83,7 @@ def start_restart(p: Pass, why: str, counted: bool = False) -> None:
 def stopped(p: Pass) -> None:
     """The old driver is gone: wait out the restart delay, then deploy the last reconciled spec again."""
     if p.st.next_restart_at and not p.past(p.st.next_restart_at):
-        p.op_update(phase=Phase.waiting.value)
+        p.op_update(phase=Phase.waiting)
         at = parse_time(p.st.next_restart_at)
         assert at is not None
         p.again(max(0.0, (at - p.now).total_seconds()))

@@ -10,30 +10,30 @@ from __future__ import annotations
 
 import json
 
-from streamjob_operator.api.spec import StreamJobSpec
-from streamjob_operator.api.status import LifecycleState, Operation
+from streamjob_operator.api.spec import StreamJobSpec, UpgradeMode
+from streamjob_operator.api.status import LifecycleState, Operation, Phase
 
 from .. import names
 from ..model import CreateDriver, DriverPod, EnsureSupportObjects, PodPhase
-from .context import POLL_SECONDS, STATE_OF_KIND, OpKind, Pass, Phase, RestoreMode, Steps, hash_text, spec_json
+from .context import POLL_SECONDS, STATE_OF_KIND, Pass, Steps, hash_text, spec_json
 from .strays import delete_strays
 
 
 def enter_deploying(p: Pass, op: Operation, deploy_spec_json: str) -> None:
     """Records the next driver (epoch, name, checkpoint, restore source) and creates it."""
     if p.obs.drivers:  # never two drivers: stop what is there first
-        p.update(operation=op.model_copy(update={"phase": Phase.stopping.value}))
+        p.update(operation=op.model_copy(update={"phase": Phase.stopping}))
         p.again(0)
         return
     deploy_spec = StreamJobSpec.model_validate(json.loads(deploy_spec_json))
     epoch = p.st.driver_epoch + 1
-    mode = RestoreMode(op.restore_mode or RestoreMode.last_state.value)
+    mode = op.restore_mode or UpgradeMode.last_state
     base = deploy_spec.checkpoint.location
     restored: str | None
-    if mode is RestoreMode.savepoint and op.savepoint_path:
+    if mode is UpgradeMode.savepoint and op.savepoint_path:
         checkpoint, restored = names.checkpoint_location(base, p.obs.name, p.obs.uid, epoch), op.savepoint_path
         how = f"restoring savepoint {restored} into {checkpoint}"
-    elif mode is RestoreMode.last_state and p.st.checkpoint_location:
+    elif mode is UpgradeMode.last_state and p.st.checkpoint_location:
         checkpoint, restored = p.st.checkpoint_location, p.st.restored_from
         batch = p.st.last_checkpoint.batch_id if p.st.last_checkpoint else None
         how = f"resuming checkpoint {checkpoint}{f' after batch {batch}' if batch is not None else ''}"
@@ -50,8 +50,8 @@ def enter_deploying(p: Pass, op: Operation, deploy_spec_json: str) -> None:
         restored_from=restored,
         deployed_at=p.t(),
         last_reconciled_spec=deploy_spec_json,
-        operation=op.model_copy(update={"phase": Phase.deploying.value, "deadline": deadline}),
-        state=STATE_OF_KIND[OpKind(op.kind)],
+        operation=op.model_copy(update={"phase": Phase.deploying, "deadline": deadline}),
+        state=STATE_OF_KIND[op.kind],
         ready=False,
         job=None,
     )

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 
 from streamjob_operator.api.spec import UpgradeMode
-from streamjob_operator.api.status import LifecycleState, Operation
+from streamjob_operator.api.status import LifecycleState, OpKind, Operation, Phase
 
 from ..changes import ChangeKind, changed_fields, classify
 from ..model import DriverPod
 from . import restart, rollout
-from .context import POLL_SECONDS, OpKind, Pass, Phase, RestoreMode, Steps, clip, hash_text, spec_dict, spec_hash, spec_json
+from .context import POLL_SECONDS, Pass, Steps, clip, hash_text, spec_dict, spec_hash, spec_json
 from .repartition import refuse_repartition
 
 
@@ -43,15 +43,15 @@ def start_change(p: Pass) -> bool:
         start_savepoint_restore(p)
         return True
     fields = ", ".join(f for f, k in changed_fields(old, new).items() if k is not ChangeKind.ignore)
-    mode = RestoreMode(p.spec.upgrade_mode.value)
-    if mode is RestoreMode.savepoint and p.spec.savepoint is None:
-        mode = RestoreMode.last_state
-    op = Operation(kind=OpKind.upgrade.value, phase=Phase.stopping.value, target_spec_hash=spec_hash(p.spec),
-                   target_spec=spec_json(p.spec), restore_mode=mode.value, started_at=p.t(), message=clip(f"changed: {fields}"))
-    if mode is RestoreMode.savepoint:
+    mode = p.spec.upgrade_mode
+    if mode is UpgradeMode.savepoint and p.spec.savepoint is None:
+        mode = UpgradeMode.last_state
+    op = Operation(kind=OpKind.upgrade, phase=Phase.stopping, target_spec_hash=spec_hash(p.spec),
+                   target_spec=spec_json(p.spec), restore_mode=mode, started_at=p.t(), message=clip(f"changed: {fields}"))
+    if mode is UpgradeMode.savepoint:
         assert p.spec.savepoint is not None
         op = op.model_copy(update={
-            "phase": Phase.savepointing.value,
+            "phase": Phase.savepointing,
             "savepoint_path": p.new_savepoint_path("upgrade"),
             "trigger": "upgrade",
             "deadline": p.t(p.spec.savepoint.timeout_seconds),
@@ -86,11 +86,11 @@ def stopped_job(p: Pass) -> None:
         return
     if refuse_repartition(p):
         return
-    mode = RestoreMode.stateless if p.spec.upgrade_mode is UpgradeMode.stateless else RestoreMode.last_state
+    mode = UpgradeMode.stateless if p.spec.upgrade_mode is UpgradeMode.stateless else UpgradeMode.last_state
     fields = ", ".join(changed_fields(json.loads(p.st.last_reconciled_spec), spec_dict(p.spec)))
     p.update(
-        operation=Operation(kind=OpKind.upgrade.value, phase=Phase.stopping.value, target_spec_hash=spec_hash(p.spec),
-                            target_spec=spec_json(p.spec), restore_mode=mode.value, started_at=p.t(),
+        operation=Operation(kind=OpKind.upgrade, phase=Phase.stopping, target_spec_hash=spec_hash(p.spec),
+                            target_spec=spec_json(p.spec), restore_mode=mode, started_at=p.t(),
                             message=clip(f"redeploying a stopped job: {fields}")),
         state=LifecycleState.upgrading,
         last_restart_nonce=p.spec.restart_nonce,
@@ -104,8 +104,8 @@ def start_savepoint_restore(p: Pass) -> None:
     path = p.spec.initial_savepoint_path
     assert path is not None  # the CRD requires initialSavepointPath with savepointRedeployNonce
     p.update(
-        operation=Operation(kind=OpKind.upgrade.value, phase=Phase.stopping.value, target_spec_hash=spec_hash(p.spec),
-                            target_spec=spec_json(p.spec), savepoint_path=path, restore_mode=RestoreMode.savepoint.value,
+        operation=Operation(kind=OpKind.upgrade, phase=Phase.stopping, target_spec_hash=spec_hash(p.spec),
+                            target_spec=spec_json(p.spec), savepoint_path=path, restore_mode=UpgradeMode.savepoint,
                             started_at=p.t(), message=clip(f"redeploying from savepoint {path} (savepointRedeployNonce)")),
         state=LifecycleState.upgrading,
         blocked_change=None,
@@ -127,7 +127,7 @@ def can_roll_back(p: Pass) -> bool:
 
 def exited_while_starting(p: Pass, pod: DriverPod) -> None:
     detail = f": {pod.message}" if pod.message else ""
-    if p.op().kind == OpKind.upgrade.value and can_roll_back(p):
+    if p.op().kind is OpKind.upgrade and can_roll_back(p):
         start_rollback(p, f"the upgraded driver {pod.name} exited before becoming ready (exit {pod.exit_code}){detail}")
         return
     restart.exited_while_starting(p, pod)
@@ -145,7 +145,7 @@ def not_started(p: Pass, why: str) -> None:
 def started(p: Pass, pod: DriverPod) -> None:
     """The upgraded driver runs: with a stable spec to return to, wait for its first batch (AwaitingReady)."""
     if can_roll_back(p):
-        p.op_update(phase=Phase.awaiting_ready.value)  # the deadline set at creation covers the first batch too
+        p.op_update(phase=Phase.awaiting_ready)  # the deadline set at creation covers the first batch too
         p.again(POLL_SECONDS)
         return
     rollout.now_running(p)
@@ -178,10 +178,10 @@ def awaiting_ready(p: Pass) -> None:
 def start_rollback(p: Pass, why: str) -> None:
     op = p.op()
     p.block("RolledBack", f"Rolled back: {why}. The change is retried on the next spec change or nonce.", op.target_spec_hash)
-    path = op.savepoint_path if op.restore_mode == RestoreMode.savepoint.value else None
+    path = op.savepoint_path if op.restore_mode is UpgradeMode.savepoint else None
     assert p.st.last_stable_spec is not None
     p.update(
-        operation=Operation(kind=OpKind.rollback.value, phase=Phase.stopping.value, target_spec_hash=hash_text(p.st.last_stable_spec),
+        operation=Operation(kind=OpKind.rollback, phase=Phase.stopping, target_spec_hash=hash_text(p.st.last_stable_spec),
                             savepoint_path=path, restore_mode=op.restore_mode, started_at=p.t(), message=clip(why)),
         state=LifecycleState.rolling_back,
         last_error=clip(why),
