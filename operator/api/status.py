@@ -7,10 +7,11 @@ Every list here is bounded so status never grows until etcd refuses it.
 
 from __future__ import annotations
 
-from enum import Enum, StrEnum
+from enum import StrEnum
 
 from pydantic import Field
 
+from streamjob_contract.lifecycle import LifecycleState
 from streamjob_contract.model import Model
 
 from .spec import MAX_FAILURES, UpgradeMode
@@ -18,21 +19,6 @@ from .spec import MAX_FAILURES, UpgradeMode
 MAX_SAVEPOINT_HISTORY = 100  # >= spec.savepoint.retention.count's maximum, so retention alone bounds it
 MAX_FAILURE_TIMES = MAX_FAILURES + 1  # FailureRate is exhausted at maxFailures + 1 failures in the window: all are kept
 MAX_MESSAGE = 1024
-
-
-class LifecycleState(str, Enum):
-    """Where the job is in its life; the printer column STATE."""
-
-    deploying = "Deploying"
-    running = "Running"
-    upgrading = "Upgrading"
-    restarting = "Restarting"
-    rolling_back = "RollingBack"
-    suspending = "Suspending"
-    suspended = "Suspended"
-    failed = "Failed"
-    finished = "Finished"
-    deleting = "Deleting"
 
 
 class OpKind(StrEnum):

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator.api.status import (
     CheckpointInfo,
     Condition,
     JobMetrics,
-    LifecycleState,
     OpKind,
     Phase,
     ReconcileError,
@@ -122,7 +122,7 @@ def conditions(p: Pass) -> None:
         p.emit("Warning", "JobNotReady", f"Driver {st.driver_pod} is no longer ready")
     p.update(ready=ready)
 
-    state = st.state.value if st.state else "Pending"
+    state = st.state or "Pending"
     if ready:
         set_condition(p, "Ready", "True", "Running", f"Driver {st.driver_pod} is running and completing batches")
     elif st.state is LifecycleState.suspended and op is None:
@@ -187,8 +187,8 @@ def kstatus_conditions(p: Pass, ready: bool) -> None:
     degraded = find(p, "Degraded")
     stalled: tuple[str, str] | None = None
     if st.state in STUCK and st.state is not LifecycleState.rolling_back:
-        reason = degraded.reason if degraded is not None and degraded.status == "True" else st.state.value
-        stalled = (reason, st.last_error or (degraded.message if degraded else "") or f"The job is {st.state.value}")
+        reason = degraded.reason if degraded is not None and degraded.status == "True" else st.state
+        stalled = (reason, st.last_error or (degraded.message if degraded else "") or f"The job is {st.state}")
         if st.state is LifecycleState.finished:
             stalled = ("Finished", "The query finished by itself; change restartNonce to run it again")
     elif st.state is LifecycleState.rolling_back or (op is not None and op.kind is OpKind.rollback):
@@ -207,7 +207,7 @@ def kstatus_conditions(p: Pass, ready: bool) -> None:
     elif st.next_restart_at is not None:
         set_condition(p, "Reconciling", "True", "RestartScheduled", f"The driver is restarted at {st.next_restart_at}")
     elif st.state in MOVING or st.state is None:
-        set_condition(p, "Reconciling", "True", st.state.value if st.state else "Pending", f"The job is {st.state.value if st.state else 'Pending'}")
+        set_condition(p, "Reconciling", "True", st.state or "Pending", f"The job is {st.state or 'Pending'}")
     elif st.state is LifecycleState.running and not ready:
         set_condition(p, "Reconciling", "True", "Starting", "The driver runs and has not completed a batch yet")
     else:

@@ -17,7 +17,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from streamjob_operator.api.spec import StreamJobSpec
-from streamjob_operator.api.status import MAX_MESSAGE, BlockedChange, LifecycleState, OpKind, Operation, StreamJobStatus
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import MAX_MESSAGE, BlockedChange, OpKind, Operation, StreamJobStatus
 
 from .. import names
 from ..model import Action, CreateDriver, Decision, DeleteDriver, DriverPod, Event, Observations, PodPhase, TriggerSavepoint, is_disruptive

@@ -6,7 +6,8 @@ Pure. Called by ``flow`` on the first pass of a job with a deletionTimestamp;
 
 from __future__ import annotations
 
-from streamjob_operator.api.status import LifecycleState, OpKind, Operation, Phase
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import OpKind, Operation, Phase
 
 from ..model import DeleteOwnedObjects
 from . import restart, rollout

@@ -7,7 +7,8 @@ job created suspended, on resume); the Deploying phase itself is ``rollout``.
 from __future__ import annotations
 
 from streamjob_operator.api.spec import DesiredState, UpgradeMode
-from streamjob_operator.api.status import LifecycleState, OpKind, Operation, Phase
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import OpKind, Operation, Phase
 
 from . import restart, rollout
 from .context import Pass, Steps, spec_hash, spec_json

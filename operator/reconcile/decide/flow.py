@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from streamjob_operator.api.status import LifecycleState, OpKind, Phase
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import OpKind, Phase
 
 from . import conditions, deletion, deploy, restart, rollout, savepoint, steady, stopping, suspend, upgrade
 from .context import Pass, Steps

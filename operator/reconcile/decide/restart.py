@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from streamjob_contract.exitcodes import ExitCode
 from streamjob_operator.api.spec import UpgradeMode
-from streamjob_operator.api.status import MAX_FAILURE_TIMES, LifecycleState, OpKind, Operation, Phase
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import MAX_FAILURE_TIMES, OpKind, Operation, Phase
 
 from ..model import DriverPod
 from ..policy import describe_policy, fmt_time, parse_time, restart_delay

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 
 from streamjob_operator.api.spec import StreamJobSpec, UpgradeMode
-from streamjob_operator.api.status import LifecycleState, Operation, Phase
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import Operation, Phase
 
 from .. import names
 from ..model import CreateDriver, DriverPod, EnsureSupportObjects, PodPhase

@@ -7,7 +7,8 @@ phase on each pass, retention at the end of every pass).
 from __future__ import annotations
 
 from streamjob_contract.runtime_status import SavepointState
-from streamjob_operator.api.status import MAX_SAVEPOINT_HISTORY, LifecycleState, OpKind, Operation, Phase, SavepointInfo
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import MAX_SAVEPOINT_HISTORY, OpKind, Operation, Phase, SavepointInfo
 
 from ..model import DeleteSavepoint, TriggerSavepoint
 from ..policy import parse_duration, parse_time

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from streamjob_operator.api.spec import DesiredState
-from streamjob_operator.api.status import LifecycleState
+from streamjob_contract.lifecycle import LifecycleState
 
 from ..policy import parse_time
 from . import deploy, restart, savepoint, suspend, upgrade

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 
 from streamjob_operator.api.spec import DesiredState, UpgradeMode
-from streamjob_operator.api.status import LifecycleState, OpKind, Operation, Phase
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import OpKind, Operation, Phase
 
 from . import deploy, restart, rollout
 from .context import Pass, Steps, spec_hash, spec_json

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 
 from streamjob_operator.api.spec import UpgradeMode
-from streamjob_operator.api.status import LifecycleState, OpKind, Operation, Phase
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import OpKind, Operation, Phase
 
 from ..changes import ChangeKind, changed_fields, classify
 from ..model import DriverPod
@@ -77,7 +78,7 @@ def stopped_job(p: Pass) -> None:
         return
     p.update(restart_count=0, failure_times=[], last_error=None)
     if kind is ChangeKind.restart_only:
-        p.emit("Normal", "Restarting", f"restartNonce changed: restarting the {p.st.state.value if p.st.state else ''} job from the latest checkpoint")
+        p.emit("Normal", "Restarting", f"restartNonce changed: restarting the {p.st.state if p.st.state else ''} job from the latest checkpoint")
         p.update(last_reconciled_spec=spec_json(p.spec))
         restart.start_restart(p, "restartNonce changed")
         return
