@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from streamjob_contract.lifecycle import LifecycleState
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -65,7 +67,7 @@ def suspended(job: dict[str, Any], generation: int, before_blocked: dict[str, An
     status = job.get("status") or {}
     if not _observed(job, generation):
         return Outcome(False)
-    if status.get("state") == "Suspended":
+    if status.get("state") == LifecycleState.suspended:
         return Outcome(True, True, "Suspended")
     blocked = status.get("blockedChange")
     if blocked and blocked != before_blocked and not status.get("operation"):
@@ -91,12 +93,12 @@ def restarted(job: dict[str, Any], nonce: int) -> Outcome:
 
 def _running_or_failed(status: dict[str, Any]) -> Outcome:
     """Done when the job runs its spec and is ready (ok), or has failed (not ok)."""
-    if status.get("state") == "Running" and status.get("ready") and not status.get("operation"):
+    if status.get("state") == LifecycleState.running and status.get("ready") and not status.get("operation"):
         return Outcome(True, True, f"Running on {status.get('driverPod')}")
     return _failed(status)
 
 
 def _failed(status: dict[str, Any]) -> Outcome:
-    if status.get("state") == "Failed":
+    if status.get("state") == LifecycleState.failed:
         return Outcome(True, False, f"the job failed: {status.get('lastError') or 'see `kubectl streamjob status`'}")
     return Outcome(False)

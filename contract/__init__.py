@@ -8,6 +8,7 @@ pyproject.toml says so). boto3 is imported, lazily, by the storage readers (``s3
 - ``jobdef``: the job definition, a StreamJob's ``spec.job``.
 - ``sparkconf``: the Spark confs the runtime owns, refused by the CRD and the runtime alike.
 - ``exitcodes``: the runtime's exit codes and what each means to the operator.
+- ``lifecycle``: a StreamJob's lifecycle states (``status.state``), what each means, which are terminal.
 - ``runtime_status``: the runtime's states and its control endpoint's payloads.
 - ``s3``, ``checkpoint``: storage locations and the checkpoint layout, read without Spark.
 - ``savepoint_manifest``, ``savepoints``: the savepoint format, and reading, validating and

@@ -32,7 +32,7 @@ from streamjob_operator.reconcile import names
 from streamjob_operator.reconcile.decide import decide
 from streamjob_operator.reconcile.decide.conditions import record_problems
 from streamjob_operator.reconcile.decide.context import FORCE_DELETE_GRACE_SECONDS
-from streamjob_operator.reconcile.model import Decision, Event, Problem
+from streamjob_operator.reconcile.model import Decision, Event, Observations, Problem
 from streamjob_operator.reconcile.observe import observe
 from streamjob_operator.reconcile.policy import parse_time
 
@@ -140,14 +140,17 @@ def reconcile(namespace: str, name: str) -> Decision | None:
             # it again. Events are best effort in Kubernetes anyway (rate-limited, aggregated, expired after an
             # hour); what a user must be able to rely on is in status (state, lastError, the Degraded reason).
             _post(actor, owner, decision.events)
-            problems = _act(actor, owner, spec, decision, clients)
+            acted, problems = _act(actor, owner, spec, decision, observations)
+            # at most one more status write, after acting: what the actions learned and what failed
             if problems:
-                _report(actor, owner, decision.status, problems, now, generation)
-            elif decision.status.reconcile_error is not None and not observations.problems:
+                _report(actor, owner, acted, problems, now, generation)
+            elif acted.reconcile_error is not None and not observations.problems:
                 # the pass that failed before went through: clear the error, and decide Degraded again at once
-                _write(actor, owner, decision.status.model_copy(update={"reconcile_error": None}))
-                log.info("Cleared reconcile error streamjob=%s/%s reason=%s", namespace, name, decision.status.reconcile_error.reason)
+                _write(actor, owner, acted.model_copy(update={"reconcile_error": None}))
+                log.info("Cleared reconcile error streamjob=%s/%s reason=%s", namespace, name, acted.reconcile_error.reason)
                 continue
+            elif acted != decision.status:
+                _write(actor, owner, acted)
             if decision.deletion_done:
                 metrics.forget_job(namespace, name)
                 break
@@ -179,16 +182,13 @@ def _report(actor: Actor, owner: Owner, status: StreamJobStatus, problems: list[
     _post(actor, owner, events)
 
 
-def _act(actor: Actor, owner: Owner, spec: StreamJobSpec, decision: Decision, clients: Clients) -> list[Problem]:
-    """Executes the decided actions; returns what failed (each action is retried by a later pass)."""
-    if not decision.actions:
-        return []
+def _act(actor: Actor, owner: Owner, spec: StreamJobSpec, decision: Decision,
+         observations: Observations) -> tuple[StreamJobStatus, list[Problem]]:
+    """Executes the decided actions; returns the decided status with what the actions learned (the savepoint
+    request's id), and what failed (each action is retried by a later pass)."""
+    status = decision.status
     problems: list[Problem] = []
-    try:
-        pods = clients.driver_pods(owner.namespace, owner.name)
-    except Exception as err:
-        return [describe_error(err, "listing the job's driver pods")]
-    pod_ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in pods}
+    pod_ips = {pod.name: pod.ip for pod in observations.drivers}  # as observed this pass: no second listing
     for action in decision.actions:
         try:
             outcome = actor.execute(owner, spec, action, pod_ips)
@@ -198,17 +198,9 @@ def _act(actor: Actor, owner: Owner, spec: StreamJobSpec, decision: Decision, cl
         except Exception as err:
             problems.append(describe_error(err, describe_action(action)))
             continue
-        if isinstance(outcome, Outcome) and decision.status.operation is not None:
-            op = decision.status.operation.model_copy(update=_python_names(outcome.operation))
-            _write(actor, owner, decision.status.model_copy(update={"operation": op}))
-    return problems
-
-
-def _python_names(camel: dict[str, Any]) -> dict[str, Any]:
-    from streamjob_operator.api.status import Operation
-
-    by_alias = {(f.alias or n): n for n, f in Operation.model_fields.items()}
-    return {by_alias[k]: v for k, v in camel.items() if k in by_alias}
+        if isinstance(outcome, Outcome) and status.operation is not None:
+            status = status.model_copy(update={"operation": status.operation.model_copy(update={"trigger_id": outcome.trigger_id})})
+    return status, problems
 
 
 # --- kopf handlers --------------------------------------------------------------------------------

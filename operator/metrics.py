@@ -28,7 +28,8 @@ from prometheus_client.registry import Collector
 
 from streamjob_contract.httpserve import BoundedHandler, BoundedHTTPServer
 from streamjob_contract.runtime_status import watermark_ms
-from streamjob_operator.api.status import LifecycleState, StreamJobStatus
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import StreamJobStatus
 from streamjob_operator.reconcile.model import Event
 
 REGISTRY = CollectorRegistry(auto_describe=True)

@@ -16,7 +16,6 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 from streamjob_contract.jobdef import JobDefinition
 from streamjob_contract.model import Model, cel, format_validation_error
 from streamjob_operator.api.podtemplate import MAIN_CONTAINER, LocalObjectReference, PodTemplate
-from streamjob_operator.api.status import MAX_FAILURES
 from streamjob_contract.sparkconf import CREDENTIAL_CONF_PATTERN, CREDENTIAL_EXEMPT_PATTERN, CREDENTIAL_REFUSAL, OWNED_CONFS, carries_secret
 
 API_GROUP = "streamjob.io"
@@ -88,6 +87,9 @@ def file_checkpoint_rule() -> dict[str, Any]:
         f"spec.podTemplate.spec.containers['{MAIN_CONTAINER}'].volumeMounts, or use s3a://",
         ".checkpoint.location",
     )
+
+
+MAX_FAILURES = 100  # spec.restartPolicy.maxFailures' maximum
 
 
 class UpgradeMode(str, Enum):

@@ -7,31 +7,42 @@ Every list here is bounded so status never grows until etcd refuses it.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import Field
 
+from streamjob_contract.lifecycle import LifecycleState
 from streamjob_contract.model import Model
 
+from .spec import MAX_FAILURES, UpgradeMode
+
 MAX_SAVEPOINT_HISTORY = 100  # >= spec.savepoint.retention.count's maximum, so retention alone bounds it
-MAX_FAILURES = 100  # spec.restartPolicy.maxFailures' maximum
 MAX_FAILURE_TIMES = MAX_FAILURES + 1  # FailureRate is exhausted at maxFailures + 1 failures in the window: all are kept
 MAX_MESSAGE = 1024
 
 
-class LifecycleState(str, Enum):
-    """Where the job is in its life; the printer column STATE."""
+class OpKind(StrEnum):
+    """What the operation in progress does (status.operation.kind); a StrEnum, so messages and labels read its value."""
 
+    deploy = "deploy"
+    restart = "restart"
+    upgrade = "upgrade"
+    rollback = "rollback"
+    suspend = "suspend"
+    resume = "resume"
+    savepoint = "savepoint"
+    delete = "delete"
+
+
+class Phase(StrEnum):
+    """Where the operation in progress is (status.operation.phase); an operation passes through some of these in this order."""
+
+    savepointing = "Savepointing"
+    stopping = "Stopping"
+    waiting = "Waiting"
     deploying = "Deploying"
-    running = "Running"
-    upgrading = "Upgrading"
-    restarting = "Restarting"
-    rolling_back = "RollingBack"
-    suspending = "Suspending"
-    suspended = "Suspended"
-    failed = "Failed"
-    finished = "Finished"
-    deleting = "Deleting"
+    awaiting_ready = "AwaitingReady"
+    done = "Done"  # deletion finished; kopf removes the finalizer
 
 
 class Condition(Model):
@@ -94,14 +105,14 @@ class JobMetrics(Model):
 class Operation(Model):
     """The disruptive step in progress, recorded before it is acted on."""
 
-    kind: str = Field(description="upgrade, suspend, restart, rollback, savepoint or delete.")
-    phase: str = Field(description="Where the operation is, e.g. Savepointing, Stopping, Deploying.")
+    kind: OpKind = Field(description="upgrade, suspend, restart, rollback, savepoint or delete.")
+    phase: Phase = Field(description="Where the operation is, e.g. Savepointing, Stopping, Deploying.")
     target_spec_hash: str | None = Field(default=None, alias="targetSpecHash", description="Hash of the spec being rolled out.")
     savepoint_path: str | None = Field(default=None, alias="savepointPath", description="Savepoint the operation writes or restores.")
     started_at: str | None = Field(default=None, alias="startedAt", description="When the operation started (RFC 3339).")
     deadline: str | None = Field(default=None, description="When the operation gives up (RFC 3339).")
     message: str = Field(default="", max_length=MAX_MESSAGE, description="Detail.")
-    restore_mode: str | None = Field(
+    restore_mode: UpgradeMode | None = Field(
         default=None, alias="restoreMode",
         description="How the next driver gets its state: savepoint (restore savepointPath into a fresh checkpoint), "
         "last-state (resume the current checkpoint) or stateless (fresh checkpoint).",

@@ -66,7 +66,7 @@ def describe_action(action: Action) -> str:
 class Outcome:
     """What an action learned that the write-ahead log must keep (e.g. the savepoint request id)."""
 
-    operation: dict[str, Any]
+    trigger_id: str  # status.operation.triggerId
 
 
 def _ignore(*statuses: int) -> Callable[[Callable[[], Any]], Any]:
@@ -187,12 +187,12 @@ class Actor:
         if reply.status == 202:
             log.info("Triggered savepoint streamjob=%s/%s pod=%s path=%s stop=%s id=%s",
                      owner.namespace, owner.name, action.pod, action.path, action.stop, reply.body.get("id"))
-            return Outcome({"triggerId": str(reply.body.get("id"))})
+            return Outcome(trigger_id=str(reply.body.get("id")))
         if reply.status == 409:  # one in progress: ours, if an earlier pass triggered it before a crash
             listing = self.clients.driver_call(pod_ip, owner.namespace, owner.name, "GET", "/savepoints")
             for sp in reversed(listing.body.get("savepoints") or []):
                 if sp.get("path") == action.path:
-                    return Outcome({"triggerId": str(sp.get("id"))})
+                    return Outcome(trigger_id=str(sp.get("id")))
         raise ActionFailed(f"driver {action.pod} refused the savepoint: HTTP {reply.status} {reply.body.get('error', '')}",
                            "SavepointRefused")
 

@@ -30,6 +30,7 @@ class DriverPod:
     name: str
     phase: PodPhase
     epoch: int | None = None
+    ip: str | None = None  # status.podIP: where observe polls and act calls the driver's control endpoint
     deleting: bool = False
     exit_code: int | None = None
     exit_kind: ExitCode | None = None  # what exit_code means (ExitCode.of: unknown codes are FAILED)

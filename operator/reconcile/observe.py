@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from streamjob_contract.exitcodes import ExitCode
 from streamjob_contract.runtime_status import RuntimeStatus, SavepointState, SavepointStatus
 from streamjob_operator.api.spec import StreamJobSpec
-from streamjob_operator.api.status import StreamJobStatus
+from streamjob_operator.api.status import Phase, StreamJobStatus
 from streamjob_operator.k8s.clients import Clients, DriverUnreachable
 from streamjob_operator.k8s.errors import describe_error
 from streamjob_operator.reconcile import names
@@ -117,6 +117,7 @@ def driver_pod(pod: dict[str, Any]) -> DriverPod:
         name=meta["name"],
         phase=phase,
         epoch=int(epoch) if epoch and epoch.isdigit() else None,
+        ip=status.get("podIP"),
         deleting=bool(meta.get("deletionTimestamp")),
         exit_code=code,
         exit_kind=ExitCode.of(code) if code is not None else None,
@@ -189,14 +190,13 @@ def observe(
     namespace, name = meta["namespace"], meta["name"]
     raw_pods = clients.driver_pods(namespace, name)
     drivers = tuple(driver_pod(p) for p in raw_pods)
-    ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in raw_pods}
     current = next((d for d in drivers if d.name == status.driver_pod), None)
     op = status.operation
-    savepointing = op is not None and op.phase == "Savepointing"
+    savepointing = op is not None and op.phase is Phase.savepointing
 
     job: JobProgress | None = None
     savepoint: SavepointProgress | None = None
-    live_ip = ips.get(current.name) if current is not None and current.alive and current.phase is PodPhase.running else None
+    live_ip = current.ip if current is not None and current.alive and current.phase is PodPhase.running else None
     if live_ip and (wants_job_poll(status, now) or savepointing or meta.get("deletionTimestamp")):
         try:
             reply = clients.driver_call(live_ip, namespace, name, "GET", "/status")

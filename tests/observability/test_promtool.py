@@ -14,11 +14,11 @@ import yaml
 from prometheus_client import generate_latest
 
 from streamjob_operator import metrics
+from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator.api.status import (
     CheckpointInfo,
     Condition,
     JobMetrics,
-    LifecycleState,
     Operation,
     SavepointInfo,
     StorageHygiene,

@@ -12,10 +12,10 @@ import pytest
 from streamjob_contract.exitcodes import ExitCode
 from streamjob_contract.runtime_status import SavepointState
 from streamjob_operator.api.spec import StreamJobSpec, parse_spec
+from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator.api.status import (
     BlockedChange,
     CheckpointInfo,
-    LifecycleState,
     Operation,
     SavepointInfo,
     StreamJobStatus,

@@ -31,7 +31,8 @@ from test_decide import (
 )
 
 from streamjob_contract.exitcodes import ExitCode
-from streamjob_operator.api.status import LifecycleState, ReconcileError, StreamJobStatus
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import ReconcileError, StreamJobStatus
 from streamjob_operator.reconcile.decide import decide, hash_text, spec_json
 from streamjob_operator.reconcile.decide.conditions import record_problems
 from streamjob_operator.reconcile.model import (

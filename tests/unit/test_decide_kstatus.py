@@ -12,7 +12,8 @@ import pytest
 from test_decide import BASE, NEW_IMAGE, NOT_READY, NOW, UPGRADE_SP, failed, make_spec, obs, pod, running, with_op
 
 from streamjob_operator.api.spec import StreamJobSpec
-from streamjob_operator.api.status import BlockedChange, LifecycleState, StreamJobStatus
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import BlockedChange, StreamJobStatus
 from streamjob_operator.reconcile.decide import decide, spec_hash
 from streamjob_operator.reconcile.model import Observations
 

@@ -9,11 +9,11 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamjob_operator import metrics
+from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator.api.status import (
     CheckpointInfo,
     Condition,
     JobMetrics,
-    LifecycleState,
     Operation,
     SavepointInfo,
     StorageHygiene,

@@ -165,7 +165,8 @@ def test_the_drivers_storage_report_reaches_status_job_storage() -> None:
     from datetime import datetime as dt
 
     from streamjob_operator.api.spec import parse_spec
-    from streamjob_operator.api.status import LifecycleState, StreamJobStatus
+    from streamjob_contract.lifecycle import LifecycleState
+    from streamjob_operator.api.status import StreamJobStatus
     from streamjob_operator.reconcile.decide import decide
     from streamjob_operator.reconcile.model import DriverPod, Observations, PodPhase
     from streamjob_operator.reconcile.observe import job_progress
@@ -204,7 +205,8 @@ def test_the_next_driver_never_gets_an_older_run_directory(kind: str, mode: str)
     """Whatever the operation and restore mode, the next driver's checkpoint is the current one or a new, higher
     run-<epoch>: so a driver that has committed in run-N never leaves anyone in need of run-M, M < N."""
     from streamjob_operator.api.spec import parse_spec
-    from streamjob_operator.api.status import LifecycleState, Operation, StreamJobStatus
+    from streamjob_contract.lifecycle import LifecycleState
+    from streamjob_operator.api.status import Operation, StreamJobStatus
     from streamjob_operator.reconcile.decide import decide
     from streamjob_operator.reconcile.model import CreateDriver, Observations
 

@@ -1,7 +1,7 @@
 """The decision: given (spec, status, observations, now), the actions to take and the next status.
 
-Pure: no I/O, no clock, no kopf or Kubernetes client (tests/unit/test_layers.py
-checks the imports of every module here). Called once per reconcile pass by
+Pure: no I/O, no clock, no kopf or Kubernetes client (the import-linter
+contracts in pyproject.toml and tests/unit/test_layers.py check it). Called once per reconcile pass by
 ``streamjob_operator.handlers`` between ``reconcile.observe`` and ``k8s.act``.
 
 Status is the write-ahead log. A disruptive step is decided together with the
@@ -10,18 +10,27 @@ savepoint path), and the glue writes that status *before* acting, so an
 operator killed at any point resumes from the recorded phase; every action is
 idempotent. One phase per pass and at most one disruptive action per pass.
 
-Split by operation, as the Flink operator splits its reconcilers; ``flow``
-picks the module, ``context`` holds the pass and the shared vocabulary::
+Split by operation, as the Flink operator splits its reconcilers. ``flow``
+only dispatches: the phase picks the phase module, the operation kind picks
+the ``Steps`` (context.py) its operation module owns, e.g. what follows
+Stopping. Layered without circles, each layer importing only those below it
+(``lint-imports``, the layers contract in pyproject.toml): flow > steady >
+deletion | savepoint | suspend | upgrade > deploy > restart > rollout | stopping >
+conditions | repartition | strays > context. By module::
 
-    deploy    Deploying                                                   deploy.py
-    restart   Stopping -> Waiting (restart delay) -> Deploying            restart.py
-    upgrade   [Savepointing ->] Stopping -> Deploying -> [AwaitingReady]  upgrade.py (-> rollback)
-    rollback  Stopping -> Deploying                                       upgrade.py
-    suspend   [Savepointing ->] Stopping                  (-> Suspended)  suspend.py
-    resume    Deploying                                                   suspend.py
-    savepoint Savepointing                                                savepoint.py (and retention)
-    delete    [Savepointing ->] Stopping           (-> finalizer removed) deletion.py
-    conditions Ready, Progressing, Degraded, Savepointing                 conditions.py
+    flow       dispatch: PHASES by phase, STEPS by operation kind            flow.py
+    steady     no operation: what a deployed, suspended or stopped job needs steady.py
+    deploy     Deploying                                                   deploy.py
+    restart    Stopping -> Waiting (restart delay) -> Deploying            restart.py
+    upgrade    [Savepointing ->] Stopping -> Deploying -> [AwaitingReady]  upgrade.py (-> rollback)
+    rollback   Stopping -> Deploying                                       upgrade.py
+    suspend    [Savepointing ->] Stopping                  (-> Suspended)  suspend.py
+    resume     Deploying                                                   suspend.py
+    savepoint  Savepointing                                                savepoint.py (and retention)
+    delete     [Savepointing ->] Stopping           (-> finalizer removed) deletion.py
+    phases     Stopping, Deploying, shared by the operations                stopping.py, rollout.py
+    shared     conditions (Ready, Progressing, Degraded, Savepointing),     conditions.py, strays.py,
+               stray and stuck drivers, the refused state repartition       repartition.py
 """
 
 from __future__ import annotations
@@ -29,13 +38,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from streamjob_operator.api.spec import StreamJobSpec
-from streamjob_operator.api.status import StreamJobStatus
+from streamjob_operator.api.status import OpKind, Phase, StreamJobStatus
 
 from ..model import Decision, Observations
 from . import flow
-from .context import OpKind, Pass, Phase, RestoreMode, clip, hash_text, spec_dict, spec_hash, spec_json
+from .context import Pass, clip, hash_text, spec_dict, spec_hash, spec_json
 
-__all__ = ["decide", "OpKind", "Phase", "RestoreMode", "clip", "hash_text", "spec_dict", "spec_hash", "spec_json"]
+__all__ = ["decide", "OpKind", "Phase", "clip", "hash_text", "spec_dict", "spec_hash", "spec_json"]
 
 
 def decide(spec: StreamJobSpec, status: StreamJobStatus, observations: Observations, now: datetime) -> Decision:

@@ -17,11 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator.api.status import (
     CheckpointInfo,
     Condition,
     JobMetrics,
-    LifecycleState,
+    OpKind,
+    Phase,
     ReconcileError,
     StorageHygiene,
     StreamJobStatus,
@@ -29,7 +31,7 @@ from streamjob_operator.api.status import (
 
 from ..model import Event, Problem, StorageReport
 from ..policy import fmt_time
-from .context import PROGRESS_REASON, OpKind, Pass, Phase, clip
+from .context import PROGRESS_REASON, Pass, clip
 
 ORDER = ["Ready", "Progressing", "Degraded", "Savepointing", "Reconciling", "Stalled"]
 # states the operator leaves only on a spec or nonce change, though the spec asks for a running job
@@ -120,7 +122,7 @@ def conditions(p: Pass) -> None:
         p.emit("Warning", "JobNotReady", f"Driver {st.driver_pod} is no longer ready")
     p.update(ready=ready)
 
-    state = st.state.value if st.state else "Pending"
+    state = st.state or "Pending"
     if ready:
         set_condition(p, "Ready", "True", "Running", f"Driver {st.driver_pod} is running and completing batches")
     elif st.state is LifecycleState.suspended and op is None:
@@ -131,7 +133,7 @@ def conditions(p: Pass) -> None:
                       st.last_error if st.state is LifecycleState.failed and st.last_error else f"The job is {state}")
 
     if op is not None:
-        set_condition(p, "Progressing", "True", PROGRESS_REASON.get(OpKind(op.kind), "Progressing"),
+        set_condition(p, "Progressing", "True", PROGRESS_REASON.get(op.kind, "Progressing"),
                       f"{op.kind} {op.phase}: {op.message}" if op.message else f"{op.kind} {op.phase}")
     elif st.blocked_change is not None:
         set_condition(p, "Progressing", "False", st.blocked_change.reason, st.blocked_change.message)
@@ -140,7 +142,7 @@ def conditions(p: Pass) -> None:
 
     existing = find(p, "Degraded")
     cur = p.current
-    starting = op is not None and op.phase in (Phase.deploying.value, Phase.awaiting_ready.value)
+    starting = op is not None and op.phase in (Phase.deploying, Phase.awaiting_ready)
     stuck = cur.waiting_reason if cur is not None and cur.alive and starting else None
     error = st.reconcile_error
     # a failure or a blocked change is the lasting state and keeps the reason; a current API/S3 error rides along
@@ -167,7 +169,7 @@ def conditions(p: Pass) -> None:
 
     kstatus_conditions(p, ready)
 
-    if op is not None and op.phase == Phase.savepointing.value:
+    if op is not None and op.phase is Phase.savepointing:
         set_condition(p, "Savepointing", "True", "InProgress", f"Savepoint {op.savepoint_path} ({op.trigger or op.kind}) in progress")
     elif p.savepoint_result is not None:
         set_condition(p, "Savepointing", "False", *p.savepoint_result)
@@ -185,11 +187,11 @@ def kstatus_conditions(p: Pass, ready: bool) -> None:
     degraded = find(p, "Degraded")
     stalled: tuple[str, str] | None = None
     if st.state in STUCK and st.state is not LifecycleState.rolling_back:
-        reason = degraded.reason if degraded is not None and degraded.status == "True" else st.state.value
-        stalled = (reason, st.last_error or (degraded.message if degraded else "") or f"The job is {st.state.value}")
+        reason = degraded.reason if degraded is not None and degraded.status == "True" else st.state
+        stalled = (reason, st.last_error or (degraded.message if degraded else "") or f"The job is {st.state}")
         if st.state is LifecycleState.finished:
             stalled = ("Finished", "The query finished by itself; change restartNonce to run it again")
-    elif st.state is LifecycleState.rolling_back or (op is not None and op.kind == OpKind.rollback.value):
+    elif st.state is LifecycleState.rolling_back or (op is not None and op.kind is OpKind.rollback):
         stalled = ("RollingBack", f"Generation {p.obs.generation} failed to roll out and is being rolled back")
     elif st.blocked_change is not None and op is None and p.blocked():
         # only while the blocked spec is still the spec: a later edit (e.g. reverting it while suspending) is met
@@ -200,12 +202,12 @@ def kstatus_conditions(p: Pass, ready: bool) -> None:
         return
     set_condition(p, "Stalled", "False", "AsExpected", "")
     if op is not None:
-        set_condition(p, "Reconciling", "True", PROGRESS_REASON.get(OpKind(op.kind), "Progressing"),
+        set_condition(p, "Reconciling", "True", PROGRESS_REASON.get(op.kind, "Progressing"),
                       f"{op.kind} {op.phase}: {op.message}" if op.message else f"{op.kind} {op.phase}")
     elif st.next_restart_at is not None:
         set_condition(p, "Reconciling", "True", "RestartScheduled", f"The driver is restarted at {st.next_restart_at}")
     elif st.state in MOVING or st.state is None:
-        set_condition(p, "Reconciling", "True", st.state.value if st.state else "Pending", f"The job is {st.state.value if st.state else 'Pending'}")
+        set_condition(p, "Reconciling", "True", st.state or "Pending", f"The job is {st.state or 'Pending'}")
     elif st.state is LifecycleState.running and not ready:
         set_condition(p, "Reconciling", "True", "Starting", "The driver runs and has not completed a batch yet")
     else:

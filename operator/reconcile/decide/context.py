@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import Enum
 from typing import Any
 
 from streamjob_operator.api.spec import StreamJobSpec
-from streamjob_operator.api.status import MAX_MESSAGE, BlockedChange, LifecycleState, Operation, StreamJobStatus
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import MAX_MESSAGE, BlockedChange, OpKind, Operation, StreamJobStatus
 
 from .. import names
 from ..model import Action, CreateDriver, Decision, DeleteDriver, DriverPod, Event, Observations, PodPhase, TriggerSavepoint, is_disruptive
@@ -25,32 +27,6 @@ from ..policy import fmt_time, parse_time
 POLL_SECONDS = 2.0  # while an operation waits on the world
 FORCE_DELETE_GRACE_SECONDS = 30  # after the deletion deadline, how long force-deleted pods may linger
 STUCK_TERMINATING_SECONDS = 60  # a pod still there this long after its grace period is on a lost node: force-delete it
-
-
-class OpKind(str, Enum):
-    deploy = "deploy"
-    restart = "restart"
-    upgrade = "upgrade"
-    rollback = "rollback"
-    suspend = "suspend"
-    resume = "resume"
-    savepoint = "savepoint"
-    delete = "delete"
-
-
-class Phase(str, Enum):
-    savepointing = "Savepointing"
-    stopping = "Stopping"
-    waiting = "Waiting"
-    deploying = "Deploying"
-    awaiting_ready = "AwaitingReady"
-    done = "Done"  # deletion finished; kopf removes the finalizer
-
-
-class RestoreMode(str, Enum):
-    savepoint = "savepoint"
-    last_state = "last-state"
-    stateless = "stateless"
 
 
 STATE_OF_KIND = {
@@ -74,6 +50,22 @@ PROGRESS_REASON = {
     OpKind.savepoint: "Savepointing",
     OpKind.delete: "Deleting",
 }
+
+
+@dataclass(frozen=True)
+class Steps:
+    """What one operation kind does at the points every operation passes through.
+
+    Each operation module (deploy, restart, upgrade, suspend, savepoint, deletion)
+    builds its own; ``flow`` looks them up by ``OpKind`` and hands them to the shared
+    phases (``stopping``, ``rollout``), so a phase never switches on the kind.
+    """
+
+    after_stopping: Callable[[Pass], None]  # every driver is gone
+    started: Callable[[Pass, DriverPod], None]  # the new driver runs
+    exited_while_starting: Callable[[Pass, DriverPod], None]  # the new driver exited before it ran or was ready
+    not_started: Callable[[Pass, str], None]  # the deploy deadline passed before the driver ran
+    force_at_deadline: bool = False  # past op.deadline, drivers are deleted with grace 0 and the stop finishes anyway
 
 
 def spec_dict(spec: StreamJobSpec) -> dict[str, Any]:

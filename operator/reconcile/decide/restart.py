@@ -1,18 +1,21 @@
 """Restart: a driver that exited without a request, the restart policy, and the wait before a restart.
 
-Pure. Called by ``reconcile.decide.flow`` when the current driver has exited,
-and by the upgrade module for restartNonce.
+Pure. Called by ``steady`` when the current driver has exited, by the upgrade
+module for restartNonce, and, through every operation's ``Steps``, when a new
+driver exits or does not start (the restart policy decides what happens next).
 """
 
 from __future__ import annotations
 
 from streamjob_contract.exitcodes import ExitCode
-from streamjob_operator.api.status import MAX_FAILURE_TIMES, LifecycleState, Operation
+from streamjob_operator.api.spec import UpgradeMode
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import MAX_FAILURE_TIMES, OpKind, Operation, Phase
 
 from ..model import DriverPod
 from ..policy import describe_policy, fmt_time, parse_time, restart_delay
-from . import deploy
-from .context import OpKind, Pass, Phase, RestoreMode, clip
+from . import rollout
+from .context import Pass, Steps, clip
 
 
 def driver_exited(p: Pass, pod: DriverPod) -> None:
@@ -68,7 +71,7 @@ def fail(p: Pass, reason: str, message: str) -> None:
 
 def start_restart(p: Pass, why: str, counted: bool = False) -> None:
     p.update(
-        operation=Operation(kind=OpKind.restart.value, phase=Phase.stopping.value, restore_mode=RestoreMode.last_state.value,
+        operation=Operation(kind=OpKind.restart, phase=Phase.stopping, restore_mode=UpgradeMode.last_state,
                             started_at=p.t(), message=clip(why)),
         state=LifecycleState.restarting,
         last_restart_nonce=p.spec.restart_nonce,
@@ -81,20 +84,40 @@ def start_restart(p: Pass, why: str, counted: bool = False) -> None:
 def stopped(p: Pass) -> None:
     """The old driver is gone: wait out the restart delay, then deploy the last reconciled spec again."""
     if p.st.next_restart_at and not p.past(p.st.next_restart_at):
-        p.op_update(phase=Phase.waiting.value)
+        p.op_update(phase=Phase.waiting)
         at = parse_time(p.st.next_restart_at)
         assert at is not None
         p.again(max(0.0, (at - p.now).total_seconds()))
     else:
         assert p.st.last_reconciled_spec is not None
-        deploy.enter_deploying(p, p.op(), p.st.last_reconciled_spec)
+        rollout.enter_deploying(p, p.op(), p.st.last_reconciled_spec)
 
 
 def waiting(p: Pass) -> None:
     if p.past(p.st.next_restart_at) or p.st.next_restart_at is None:
         assert p.st.last_reconciled_spec is not None
-        deploy.enter_deploying(p, p.op(), p.st.last_reconciled_spec)
+        rollout.enter_deploying(p, p.op(), p.st.last_reconciled_spec)
         return
     at = parse_time(p.st.next_restart_at)
     assert at is not None
     p.again(max(0.0, (at - p.now).total_seconds()))
+
+
+def exited_while_starting(p: Pass, pod: DriverPod) -> None:
+    """A new driver exited before it ran: the operation ends, and the next pass applies the restart policy."""
+    p.update(operation=None, state=LifecycleState.running)
+    p.again(0)
+
+
+def not_started(p: Pass, why: str) -> None:
+    """The deploy deadline passed before the driver ran: a failure the restart policy counts."""
+    limit = f"spec.rollback.readinessTimeoutSeconds={p.spec.rollback.readiness_timeout_seconds}s"
+    count_failure(p, p.st.driver_pod or "driver", f"{why} (deadline {limit})", reason="DriverNotStarted")
+
+
+STEPS = Steps(
+    after_stopping=stopped,
+    started=rollout.started,
+    exited_while_starting=exited_while_starting,
+    not_started=not_started,
+)

@@ -1,17 +1,19 @@
 """Savepoints: manual and periodic ones, the Savepointing phase of every operation, and retention.
 
-Pure. Called by ``reconcile.decide.flow`` (nonce, schedule, the phase on
-each pass, retention at the end of every pass).
+Pure. Called by ``steady`` (nonce, schedule) and ``flow`` (the Savepointing
+phase on each pass, retention at the end of every pass).
 """
 
 from __future__ import annotations
 
 from streamjob_contract.runtime_status import SavepointState
-from streamjob_operator.api.status import MAX_SAVEPOINT_HISTORY, LifecycleState, Operation, SavepointInfo
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import MAX_SAVEPOINT_HISTORY, OpKind, Operation, Phase, SavepointInfo
 
 from ..model import DeleteSavepoint, TriggerSavepoint
 from ..policy import parse_duration, parse_time
-from .context import POLL_SECONDS, OpKind, Pass, Phase, clip
+from . import restart, rollout
+from .context import POLL_SECONDS, Pass, Steps, clip
 
 
 def start_savepoint(p: Pass, trigger: str) -> None:
@@ -21,7 +23,7 @@ def start_savepoint(p: Pass, trigger: str) -> None:
         return
     path = p.new_savepoint_path(trigger)
     p.update(
-        operation=Operation(kind=OpKind.savepoint.value, phase=Phase.savepointing.value, savepoint_path=path, trigger=trigger,
+        operation=Operation(kind=OpKind.savepoint, phase=Phase.savepointing, savepoint_path=path, trigger=trigger,
                             started_at=p.t(), deadline=p.t(p.spec.savepoint.timeout_seconds), message=f"{trigger} savepoint"),
         last_savepoint_attempt_at=p.t(),
     )
@@ -65,7 +67,7 @@ def savepointing(p: Pass) -> None:
     if op.trigger_id is None:
         if p.running_driver() is not None and p.reachable():
             assert cur is not None and op.savepoint_path is not None
-            p.actions.append(TriggerSavepoint(cur.name, op.savepoint_path, stop=op.kind != OpKind.savepoint.value))
+            p.actions.append(TriggerSavepoint(cur.name, op.savepoint_path, stop=op.kind is not OpKind.savepoint))
     p.again(POLL_SECONDS)
 
 
@@ -78,10 +80,10 @@ def completed(p: Pass, batch_id: int | None, size_bytes: int | None = None) -> N
     message = f"Savepoint {info.path} completed at batch {batch_id} ({info.trigger})"
     p.savepoint_result = ("SavepointCompleted", message)
     p.emit("Normal", "SavepointCompleted", message)
-    if op.kind == OpKind.savepoint.value:
+    if op.kind is OpKind.savepoint:
         p.update(operation=None)
     else:  # recorded before anything is deleted: the next pass stops the driver
-        p.op_update(phase=Phase.stopping.value, trigger_id=None)
+        p.op_update(phase=Phase.stopping, trigger_id=None)
         p.again(0)
 
 
@@ -90,14 +92,14 @@ def failed(p: Pass, why: str) -> None:
     p.savepoint_result = ("SavepointFailed", clip(f"Savepoint {op.savepoint_path} failed: {why}"))
     p.emit("Warning", "SavepointFailed", f"Savepoint {op.savepoint_path} ({op.trigger or op.kind}) failed: {why}")
     p.update(last_error=clip(f"savepoint failed: {why}"))
-    if op.kind == OpKind.delete.value:
+    if op.kind is OpKind.delete:
         p.emit("Warning", "Deleting", "Deleting without a final savepoint")
-        p.op_update(phase=Phase.stopping.value, trigger_id=None)
+        p.op_update(phase=Phase.stopping, trigger_id=None)
         p.again(0)
         return
     p.update(operation=None, state=LifecycleState.running)
-    if op.kind in (OpKind.upgrade.value, OpKind.suspend.value):
-        what = "upgrade" if op.kind == OpKind.upgrade.value else "suspend"
+    if op.kind in (OpKind.upgrade, OpKind.suspend):
+        what = "upgrade" if op.kind is OpKind.upgrade else "suspend"
         message = (f"The {what} was not done because its savepoint failed ({why}); the running job was kept. "
                    "It is retried on the next spec change or savepointNonce.")
         p.block("SavepointFailed", message, op.target_spec_hash)
@@ -129,3 +131,12 @@ def retention(p: Pass) -> None:
     p.emit("Normal", "SavepointsPruned",
            f"Pruned {len(drop)} savepoint(s) beyond retention (count {sp.retention.count}"
            f"{f', maxAge {sp.retention.max_age}' if sp.retention.max_age else ''}): {', '.join(i.path for i in drop)}")
+
+
+# a savepoint operation never stops its driver; should a recorded one reach Stopping, it deploys again
+STEPS = Steps(
+    after_stopping=rollout.deploy_target,
+    started=rollout.started,
+    exited_while_starting=restart.exited_while_starting,
+    not_started=restart.not_started,
+)

@@ -1,7 +1,7 @@
 """Suspend and resume: stop with a savepoint (or the latest checkpoint), and deploy again on resume.
 
-Pure. Called by ``reconcile.decide.flow`` when spec.state and the lifecycle
-state disagree.
+Pure. Called by ``steady`` when spec.state and the lifecycle state disagree;
+``flow`` hands ``SUSPEND`` and ``RESUME`` to the shared phases.
 """
 
 from __future__ import annotations
@@ -9,21 +9,23 @@ from __future__ import annotations
 import json
 
 from streamjob_operator.api.spec import DesiredState, UpgradeMode
-from streamjob_operator.api.status import LifecycleState, Operation
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import OpKind, Operation, Phase
 
-from . import deploy, upgrade
-from .context import OpKind, Pass, Phase, RestoreMode, spec_hash, spec_json
+from . import deploy, restart, rollout
+from .context import Pass, Steps, spec_hash, spec_json
+from .repartition import refuse_repartition
 
 
 def start_suspend(p: Pass) -> None:
     if p.spec.savepoint is not None and p.spec.upgrade_mode is not UpgradeMode.stateless:
-        op = Operation(kind=OpKind.suspend.value, phase=Phase.savepointing.value, savepoint_path=p.new_savepoint_path("suspend"),
-                       trigger="suspend", restore_mode=RestoreMode.savepoint.value, started_at=p.t(),
+        op = Operation(kind=OpKind.suspend, phase=Phase.savepointing, savepoint_path=p.new_savepoint_path("suspend"),
+                       trigger="suspend", restore_mode=UpgradeMode.savepoint, started_at=p.t(),
                        deadline=p.t(p.spec.savepoint.timeout_seconds), message="suspending with a savepoint")
         p.update(last_savepoint_attempt_at=p.t())
         p.emit("Normal", "Suspending", f"Suspending: taking savepoint {op.savepoint_path}, then stopping the driver")
     else:
-        op = Operation(kind=OpKind.suspend.value, phase=Phase.stopping.value, restore_mode=RestoreMode.last_state.value,
+        op = Operation(kind=OpKind.suspend, phase=Phase.stopping, restore_mode=UpgradeMode.last_state,
                        started_at=p.t(), message="suspending (no savepoint location: resume from the latest checkpoint)")
         p.emit("Normal", "Suspending", "Suspending: stopping the driver; resume continues from the latest checkpoint")
     p.update(operation=op, state=LifecycleState.suspending)
@@ -33,7 +35,7 @@ def start_suspend(p: Pass) -> None:
 def suspend_stopped(p: Pass) -> None:
     """A Failed or Finished job asked to suspend: nothing runs, so no savepoint is possible."""
     p.update(
-        operation=Operation(kind=OpKind.suspend.value, phase=Phase.stopping.value, restore_mode=RestoreMode.last_state.value,
+        operation=Operation(kind=OpKind.suspend, phase=Phase.stopping, restore_mode=UpgradeMode.last_state,
                             started_at=p.t(), message="suspending a stopped job (no savepoint possible)"),
         state=LifecycleState.suspending,
     )
@@ -50,7 +52,7 @@ def stopped(p: Pass) -> None:
 
 def suspended(p: Pass) -> None:
     if p.spec.state is DesiredState.running:
-        if upgrade.refuse_repartition(p):
+        if refuse_repartition(p):
             return
         resume(p)
         return
@@ -69,21 +71,36 @@ def resume(p: Pass) -> None:
     redeploy = p.st.last_reconciled_spec is not None and json.loads(p.st.last_reconciled_spec).get(
         "savepointRedeployNonce", 0) != p.spec.savepoint_redeploy_nonce
     if redeploy and p.spec.initial_savepoint_path:
-        mode, path = RestoreMode.savepoint, p.spec.initial_savepoint_path
+        mode, path = UpgradeMode.savepoint, p.spec.initial_savepoint_path
     elif p.spec.upgrade_mode is UpgradeMode.stateless:
-        mode, path = RestoreMode.stateless, None
+        mode, path = UpgradeMode.stateless, None
     elif p.spec.upgrade_mode is UpgradeMode.savepoint and last is not None and last.trigger == "suspend":
-        mode, path = RestoreMode.savepoint, last.path
+        mode, path = UpgradeMode.savepoint, last.path
     else:
-        mode, path = RestoreMode.last_state, None
+        mode, path = UpgradeMode.last_state, None
     op = Operation(
-        kind=OpKind.resume.value,
-        phase=Phase.deploying.value,
+        kind=OpKind.resume,
+        phase=Phase.deploying,
         target_spec_hash=spec_hash(p.spec),
         savepoint_path=path,
-        restore_mode=mode.value,
+        restore_mode=mode,
         started_at=p.t(),
         message=f"resuming from savepoint {path}" if path else f"resuming ({mode.value})",
     )
     p.emit("Normal", "Resuming", f"Resuming the job {f'from savepoint {path}' if path else f'with upgradeMode {mode.value}'}")
-    deploy.enter_deploying(p, op, spec_json(p.spec))
+    rollout.enter_deploying(p, op, spec_json(p.spec))
+
+
+SUSPEND = Steps(
+    after_stopping=stopped,
+    started=rollout.started,
+    exited_while_starting=restart.exited_while_starting,
+    not_started=restart.not_started,
+)
+
+RESUME = Steps(
+    after_stopping=rollout.deploy_target,
+    started=rollout.started,
+    exited_while_starting=restart.exited_while_starting,
+    not_started=restart.not_started,
+)

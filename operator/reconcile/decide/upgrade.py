@@ -1,43 +1,24 @@
 """Upgrade and rollback: rolling out a changed spec, waiting for it to be ready, rolling back.
 
-Pure. Called by ``reconcile.decide.flow`` for a running or stopped job whose
-spec differs from ``status.lastReconciledSpec``, and by the deploy module
-while an upgraded driver starts.
+Pure. Called by ``steady`` for a running or stopped job whose spec differs
+from ``status.lastReconciledSpec``; ``flow`` hands ``UPGRADE`` and ``ROLLBACK``
+to the shared phases, and calls ``awaiting_ready`` for an upgraded driver
+that has not completed a batch yet.
 """
 
 from __future__ import annotations
 
 import json
 
-from streamjob_operator.api.spec import DesiredState, UpgradeMode
-from streamjob_operator.api.status import LifecycleState, Operation
+from streamjob_operator.api.spec import UpgradeMode
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import OpKind, Operation, Phase
 
 from ..changes import ChangeKind, changed_fields, classify
 from ..model import DriverPod
-from . import restart, suspend
-from .context import POLL_SECONDS, OpKind, Pass, Phase, RestoreMode, clip, hash_text, spec_dict, spec_hash, spec_json
-
-
-def refuse_repartition(p: Pass) -> bool:
-    """True (and blocked, with an event) when the change needs a state repartition the runtime cannot do."""
-    assert p.st.last_reconciled_spec is not None
-    old = json.loads(p.st.last_reconciled_spec)
-    if classify(old, spec_dict(p.spec)) is not ChangeKind.state_repartition:
-        return False
-    if p.spec.upgrade_mode is UpgradeMode.stateless:
-        return False
-    if p.spec.upgrade_mode is UpgradeMode.savepoint and p.obs.repartition_supported:
-        return False
-    if p.blocked():
-        return True
-    message = (
-        f"spec.statePartitions: changing {old.get('statePartitions')} -> {p.spec.state_partitions} needs an offline "
-        "state repartition from a savepoint, which the installed runtime does not support; the job keeps its "
-        "current spec. Revert the change, or set upgradeMode stateless to start with fresh state."
-    )
-    p.block("StatePartitionsChangeRefused", message)
-    p.emit("Warning", "StatePartitionsChangeRefused", message)
-    return True
+from . import restart, rollout
+from .context import POLL_SECONDS, Pass, Steps, clip, hash_text, spec_dict, spec_hash, spec_json
+from .repartition import refuse_repartition
 
 
 def start_change(p: Pass) -> bool:
@@ -63,15 +44,15 @@ def start_change(p: Pass) -> bool:
         start_savepoint_restore(p)
         return True
     fields = ", ".join(f for f, k in changed_fields(old, new).items() if k is not ChangeKind.ignore)
-    mode = RestoreMode(p.spec.upgrade_mode.value)
-    if mode is RestoreMode.savepoint and p.spec.savepoint is None:
-        mode = RestoreMode.last_state
-    op = Operation(kind=OpKind.upgrade.value, phase=Phase.stopping.value, target_spec_hash=spec_hash(p.spec),
-                   target_spec=spec_json(p.spec), restore_mode=mode.value, started_at=p.t(), message=clip(f"changed: {fields}"))
-    if mode is RestoreMode.savepoint:
+    mode = p.spec.upgrade_mode
+    if mode is UpgradeMode.savepoint and p.spec.savepoint is None:
+        mode = UpgradeMode.last_state
+    op = Operation(kind=OpKind.upgrade, phase=Phase.stopping, target_spec_hash=spec_hash(p.spec),
+                   target_spec=spec_json(p.spec), restore_mode=mode, started_at=p.t(), message=clip(f"changed: {fields}"))
+    if mode is UpgradeMode.savepoint:
         assert p.spec.savepoint is not None
         op = op.model_copy(update={
-            "phase": Phase.savepointing.value,
+            "phase": Phase.savepointing,
             "savepoint_path": p.new_savepoint_path("upgrade"),
             "trigger": "upgrade",
             "deadline": p.t(p.spec.savepoint.timeout_seconds),
@@ -90,17 +71,14 @@ def start_change(p: Pass) -> bool:
 
 
 def stopped_job(p: Pass) -> None:
-    """Failed or Finished: wait for a spec change or a restartNonce."""
-    if p.spec.state is DesiredState.suspended:
-        suspend.suspend_stopped(p)
-        return
+    """Failed or Finished (and not asked to suspend): wait for a spec change or a restartNonce."""
     assert p.st.last_reconciled_spec is not None
     kind = classify(json.loads(p.st.last_reconciled_spec), spec_dict(p.spec))
     if kind is ChangeKind.ignore:
         return
     p.update(restart_count=0, failure_times=[], last_error=None)
     if kind is ChangeKind.restart_only:
-        p.emit("Normal", "Restarting", f"restartNonce changed: restarting the {p.st.state.value if p.st.state else ''} job from the latest checkpoint")
+        p.emit("Normal", "Restarting", f"restartNonce changed: restarting the {p.st.state if p.st.state else ''} job from the latest checkpoint")
         p.update(last_reconciled_spec=spec_json(p.spec))
         restart.start_restart(p, "restartNonce changed")
         return
@@ -109,11 +87,11 @@ def stopped_job(p: Pass) -> None:
         return
     if refuse_repartition(p):
         return
-    mode = RestoreMode.stateless if p.spec.upgrade_mode is UpgradeMode.stateless else RestoreMode.last_state
+    mode = UpgradeMode.stateless if p.spec.upgrade_mode is UpgradeMode.stateless else UpgradeMode.last_state
     fields = ", ".join(changed_fields(json.loads(p.st.last_reconciled_spec), spec_dict(p.spec)))
     p.update(
-        operation=Operation(kind=OpKind.upgrade.value, phase=Phase.stopping.value, target_spec_hash=spec_hash(p.spec),
-                            target_spec=spec_json(p.spec), restore_mode=mode.value, started_at=p.t(),
+        operation=Operation(kind=OpKind.upgrade, phase=Phase.stopping, target_spec_hash=spec_hash(p.spec),
+                            target_spec=spec_json(p.spec), restore_mode=mode, started_at=p.t(),
                             message=clip(f"redeploying a stopped job: {fields}")),
         state=LifecycleState.upgrading,
         last_restart_nonce=p.spec.restart_nonce,
@@ -127,8 +105,8 @@ def start_savepoint_restore(p: Pass) -> None:
     path = p.spec.initial_savepoint_path
     assert path is not None  # the CRD requires initialSavepointPath with savepointRedeployNonce
     p.update(
-        operation=Operation(kind=OpKind.upgrade.value, phase=Phase.stopping.value, target_spec_hash=spec_hash(p.spec),
-                            target_spec=spec_json(p.spec), savepoint_path=path, restore_mode=RestoreMode.savepoint.value,
+        operation=Operation(kind=OpKind.upgrade, phase=Phase.stopping, target_spec_hash=spec_hash(p.spec),
+                            target_spec=spec_json(p.spec), savepoint_path=path, restore_mode=UpgradeMode.savepoint,
                             started_at=p.t(), message=clip(f"redeploying from savepoint {path} (savepointRedeployNonce)")),
         state=LifecycleState.upgrading,
         blocked_change=None,
@@ -150,11 +128,31 @@ def can_roll_back(p: Pass) -> bool:
 
 def exited_while_starting(p: Pass, pod: DriverPod) -> None:
     detail = f": {pod.message}" if pod.message else ""
-    if p.op().kind == OpKind.upgrade.value and can_roll_back(p):
+    if p.op().kind is OpKind.upgrade and can_roll_back(p):
         start_rollback(p, f"the upgraded driver {pod.name} exited before becoming ready (exit {pod.exit_code}){detail}")
         return
-    p.update(operation=None, state=LifecycleState.running)  # the next pass applies the restart policy
-    p.again(0)
+    restart.exited_while_starting(p, pod)
+
+
+def not_started(p: Pass, why: str) -> None:
+    """The deploy deadline passed before the upgraded driver ran: roll back, or count a failure."""
+    limit = f"spec.rollback.readinessTimeoutSeconds={p.spec.rollback.readiness_timeout_seconds}s"
+    if can_roll_back(p):
+        start_rollback(p, f"the upgraded driver did not start within {limit}: {why}")
+        return
+    restart.not_started(p, why)
+
+
+def started(p: Pass, pod: DriverPod) -> None:
+    """The upgraded driver runs: with a stable spec to return to, wait for its first batch (AwaitingReady)."""
+    if can_roll_back(p):
+        p.op_update(phase=Phase.awaiting_ready)  # the deadline set at creation covers the first batch too
+        p.again(POLL_SECONDS)
+        return
+    rollout.now_running(p)
+    p.emit("Normal", "UpgradeCompleted", f"Driver {pod.name} runs the new spec")
+    p.update(blocked_change=None)
+    p.again(POLL_SECONDS)
 
 
 def awaiting_ready(p: Pass) -> None:
@@ -181,13 +179,40 @@ def awaiting_ready(p: Pass) -> None:
 def start_rollback(p: Pass, why: str) -> None:
     op = p.op()
     p.block("RolledBack", f"Rolled back: {why}. The change is retried on the next spec change or nonce.", op.target_spec_hash)
-    path = op.savepoint_path if op.restore_mode == RestoreMode.savepoint.value else None
+    path = op.savepoint_path if op.restore_mode is UpgradeMode.savepoint else None
     assert p.st.last_stable_spec is not None
     p.update(
-        operation=Operation(kind=OpKind.rollback.value, phase=Phase.stopping.value, target_spec_hash=hash_text(p.st.last_stable_spec),
+        operation=Operation(kind=OpKind.rollback, phase=Phase.stopping, target_spec_hash=hash_text(p.st.last_stable_spec),
                             savepoint_path=path, restore_mode=op.restore_mode, started_at=p.t(), message=clip(why)),
         state=LifecycleState.rolling_back,
         last_error=clip(why),
     )
     p.emit("Warning", "RollingBack", f"{why}; rolling back to the last stable spec{f' from savepoint {path}' if path else ''}")
     p.again(0)
+
+
+def rollback_stopped(p: Pass) -> None:
+    """The upgraded driver is gone: deploy the last stable spec again."""
+    assert p.st.last_stable_spec is not None
+    rollout.enter_deploying(p, p.op(), p.st.last_stable_spec)
+
+
+def rolled_back(p: Pass, pod: DriverPod) -> None:
+    rollout.now_running(p)
+    p.emit("Normal", "RolledBack", f"Driver {pod.name} runs the last stable spec again")
+    p.again(POLL_SECONDS)
+
+
+UPGRADE = Steps(
+    after_stopping=rollout.deploy_target,
+    started=started,
+    exited_while_starting=exited_while_starting,
+    not_started=not_started,
+)
+
+ROLLBACK = Steps(
+    after_stopping=rollback_stopped,
+    started=rolled_back,
+    exited_while_starting=restart.exited_while_starting,
+    not_started=restart.not_started,
+)
