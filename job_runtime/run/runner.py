@@ -7,8 +7,8 @@ running is written from a worker thread, because the query keeps going.
 
 Before anything touches the checkpoint: with --owner-uid, the location is
 claimed for this StreamJob or refused when another one owns it
-(job_runtime.ownership); then what a killed driver left behind is repaired
-(job_runtime.recovery), unless an unfinished restore is about to be redone.
+(job_runtime.checkpoints.ownership); then what a killed driver left behind is repaired
+(job_runtime.checkpoints.recovery), unless an unfinished restore is about to be redone.
 
 Restore rule: with --restore-from, a checkpoint location that has no commits
 (or an unfinished restore) is materialised from the savepoint; one that has
@@ -17,10 +17,10 @@ restore never loses progress.
 
 --allow-non-restored-state: when the query fails planning its first batch
 because the checkpoint holds state of stateful operators it no longer has,
-that state is dropped and the query started once more (job_runtime.nonrestored);
+that state is dropped and the query started once more (job_runtime.checkpoints.nonrestored);
 operator changes Spark cannot map exit RESTORE_REFUSED.
 
-Stop-with-savepoint and savepoints taken while running: job_runtime.runner_savepoints.
+Stop-with-savepoint and savepoints taken while running: job_runtime.run.savepoint_requests.
 """
 
 from __future__ import annotations
@@ -34,17 +34,18 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from job_runtime import janitor, jobs, nonrestored, ownership, pipeline, recovery
+from job_runtime.checkpoints import janitor, nonrestored, ownership, recovery
+from job_runtime.query import pipeline, start
 from streamjob_contract import checkpoint
 from streamjob_contract.exitcodes import ExitCode
 from streamjob_contract.jobdef import JobDefinition, JobDefinitionError
-from job_runtime.pinning import StateIncompatibleError, check_state_partitions
-from job_runtime.query_errors import describe, interrupted_by_stop
-from job_runtime.offsets_watch import OffsetsWatch, kafka_offsets_deadline
+from job_runtime.checkpoints.pinning import StateIncompatibleError, check_state_partitions
+from job_runtime.query.errors import describe, interrupted_by_stop
+from job_runtime.kafka.offsets_watch import OffsetsWatch, kafka_offsets_deadline
 from streamjob_contract.s3 import LocationError, S3Config
-from job_runtime.runner_savepoints import Command, SavepointCommand, SavepointOps, SavepointRecord, StopCommand
+from job_runtime.run.savepoint_requests import Command, SavepointCommand, SavepointOps, SavepointRecord, StopCommand
 from job_runtime.settings import RuntimeSettings
-from job_runtime.status import LateRowsTotal, progress_fields
+from job_runtime.query.progress import LateRowsTotal, progress_fields
 from streamjob_contract.runtime_status import RunState, RuntimeStatus
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class RestoreRefused(RuntimeError):
 
 
 class Runner(SavepointOps):
-    """Implements job_runtime.control.Controller; `run()` returns the exit code."""
+    """Implements job_runtime.run.control.Controller; `run()` returns the exit code."""
 
     def __init__(self, settings: RuntimeSettings, job: JobDefinition, s3_config: S3Config) -> None:
         self.settings = settings
@@ -237,7 +238,7 @@ class Runner(SavepointOps):
                     self._worker.start()
 
     def _build_session(self) -> "SparkSession":
-        from job_runtime.session import build_session
+        from job_runtime.query.session import build_session
 
         return build_session(self.settings)
 
@@ -256,7 +257,7 @@ class Runner(SavepointOps):
             return err
 
     def _start_janitor(self, baseline: int | None | Exception) -> None:
-        """Storage hygiene (job_runtime.janitor): prunes once this driver has committed a batch past `baseline`."""
+        """Storage hygiene (job_runtime.checkpoints.janitor): prunes once this driver has committed a batch past `baseline`."""
         if isinstance(baseline, Exception):
             log.warning("storage hygiene off job=%s reason=could not read the checkpoint's commits before the start: %s",
                         self.settings.job_id, describe(baseline))
@@ -293,7 +294,7 @@ class Runner(SavepointOps):
             raise JobDefinitionError(f"--checkpoint: {err}") from None
 
     def _recover_checkpoint(self) -> None:
-        from job_runtime.savepoint import unfinished_restore
+        from job_runtime.savepoints import unfinished_restore
 
         location = self.settings.checkpoint_location
         try:
@@ -339,7 +340,7 @@ class Runner(SavepointOps):
 
     def _check_savepoint(self) -> None:
         """Refuse early (before the JVM) when the savepoint has no manifest or is unreadable."""
-        from job_runtime.savepoint import SavepointError, inspect_savepoint
+        from job_runtime.savepoints import SavepointError, inspect_savepoint
 
         assert self.settings.restore_from is not None
         try:
@@ -355,7 +356,7 @@ class Runner(SavepointOps):
         )
 
     def _restore(self, spark: "SparkSession") -> None:
-        from job_runtime.savepoint import SavepointError, restore_savepoint
+        from job_runtime.savepoints import SavepointError, restore_savepoint
 
         uri = self.settings.restore_from
         assert uri is not None
@@ -381,7 +382,7 @@ class Runner(SavepointOps):
 
     def _start_query(self, once: bool = False) -> None:
         assert self._spark is not None
-        query = jobs.start_query(self._spark, self.job, self.settings, once=once)
+        query = start.start_query(self._spark, self.job, self.settings, once=once)
         with self._lock:
             self._query = query
             self._query_starts += 1

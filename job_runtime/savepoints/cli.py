@@ -2,7 +2,7 @@
 and find a checkpoint's latest completed batch.
 
 Called by people (debugging, manual restores) and by scripts; a thin argparse layer
-over ``job_runtime.savepoint`` and ``streamjob_contract.checkpoint``. S3 settings come from
+over ``job_runtime.savepoints`` and ``streamjob_contract.checkpoint``. S3 settings come from
 flags or the usual environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``). Exit codes: 0 done, 3 refused (the
 message on stderr says what is wrong and where), 2 bad usage, 1 unexpected failure.
@@ -23,7 +23,7 @@ from dataclasses import asdict
 from typing import Any
 
 from streamjob_contract import checkpoint as ckpt
-from job_runtime import savepoint as sp
+from job_runtime import savepoints as sp
 from streamjob_contract.s3 import LocationError, S3Config, Store, parse_location
 
 EXIT_OK = 0
