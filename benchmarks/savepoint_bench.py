@@ -33,7 +33,7 @@ from typing import Any
 
 from streamjob_contract import checkpoint as ckpt
 from streamjob_contract.s3 import S3Config
-from job_runtime.savepoint import write_savepoint
+from job_runtime.savepoints import write_savepoint
 from testbed import locate
 from testbed.s3 import start_s3
 

@@ -1,6 +1,6 @@
 """Reads a Spark Structured Streaming checkpoint without Spark: progress and a consistent file set.
 
-Called by ``job_runtime.savepoint`` (which files make a savepoint), by the runtime's
+Called by ``job_runtime.savepoints`` (which files make a savepoint), by the runtime's
 status endpoint and by the operator (``latest_completed_batch`` to restart a failed
 job from the newest committed batch, never an older one), and by the CLI.
 

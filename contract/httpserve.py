@@ -1,6 +1,6 @@
 """An HTTP server no client can hold: a deadline per request and a bounded number of connections.
 
-Used by the driver's control endpoint (``job_runtime.control``) and the
+Used by the driver's control endpoint (``job_runtime.run.control``) and the
 operator's health endpoints (``streamjob_operator.health``). Standard library
 only. Every request (request line, headers and body) must arrive within
 ``request_timeout`` seconds of the connection being ready for it, whether the

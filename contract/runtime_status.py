@@ -1,7 +1,7 @@
 """What the driver's control endpoint says: the runtime's states and its status payloads, typed.
 
-Written by the runtime (``job_runtime.runner`` builds ``RuntimeStatus`` for ``GET /status``,
-``job_runtime.runner_savepoints`` a ``SavepointStatus`` per savepoint request) and read by the
+Written by the runtime (``job_runtime.run.runner`` builds ``RuntimeStatus`` for ``GET /status``,
+``job_runtime.run.savepoint_requests`` a ``SavepointStatus`` per savepoint request) and read by the
 operator (``streamjob_operator.reconcile.observe``). Field names on the wire are camelCase.
 A reader ignores fields it does not know, so a newer runtime can add one without breaking an
 older operator; every field may be absent (``None``) for the same reason.
@@ -83,7 +83,7 @@ def _count(value: Any) -> int:
 
 
 class StorageStatus(Payload):
-    """The driver's storage hygiene since it started (``job_runtime.janitor``)."""
+    """The driver's storage hygiene since it started (``job_runtime.checkpoints.janitor``)."""
 
     passes: int = 0
     pruned_run_dirs: int = 0
@@ -115,7 +115,7 @@ class RuntimeStatus(Payload):
     trigger_active: bool | None = None
     status_message: str | None = None
     running_tasks: dict[str, int] | None = None  # per executor id, None when Spark cannot say
-    # from the query's last progress report (job_runtime.status.progress_fields)
+    # from the query's last progress report (job_runtime.query.progress.progress_fields)
     last_batch_id: int | None = None
     watermark: str | None = None
     watermark_ms: int | None = None

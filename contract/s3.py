@@ -1,8 +1,8 @@
 """S3 connection settings, storage URIs, and a small file-store seam over S3 and local disk.
 
-Called by ``streamjob_contract.checkpoint`` and ``job_runtime.savepoint`` (and through
+Called by ``streamjob_contract.checkpoint`` and ``job_runtime.savepoints`` (and through
 them by the runtime in the driver and by the operator, which imports the savepoint
-library without a JVM), and by ``job_runtime.savepoint_cli``.
+library without a JVM), and by ``job_runtime.savepoints.cli``.
 
 A location is ``s3://bucket/key``, ``s3a://bucket/key`` (Hadoop's spelling, the
 same object store) or ``file:///abs/path`` (a bare absolute path is accepted as

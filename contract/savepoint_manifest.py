@@ -1,6 +1,6 @@
 """The savepoint format: ``_savepoint.json`` (the manifest), the marker files, and the errors.
 
-Pure data, no I/O: ``job_runtime.savepoint`` writes, validates, restores and deletes
+Pure data, no I/O: ``job_runtime.savepoints`` writes, validates, restores and deletes
 savepoints with these. The manifest's field names are the on-disk format.
 """
 

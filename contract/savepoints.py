@@ -2,7 +2,7 @@
 
 Called by the operator (``inspect_savepoint`` for a savepoint's manifest, ``delete_savepoint``
 to prune), by the kubectl plugin (``validate_savepoint``, ``inspect_savepoint``), and by the
-runtime (``job_runtime.savepoint`` writes and restores savepoints with the helpers here;
+runtime (``job_runtime.savepoints`` writes and restores savepoints with the helpers here;
 ``streamjob-savepoints`` lists and validates). No Spark here; boto3 is imported by
 ``streamjob_contract.s3`` only when an ``s3://`` location is used.
 

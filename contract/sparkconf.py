@@ -1,6 +1,6 @@
 """The Spark confs the runtime owns: the one list both the runtime and the CRD refuse.
 
-Read by job_runtime.session (`engine_conf` refuses a --conf that sets one of
+Read by job_runtime.query.session (`engine_conf` refuses a --conf that sets one of
 them) and by streamjob_operator.api.spec (a CEL rule on `spec.sparkConf` per
 key, so `kubectl apply` refuses the same keys with the same reason before any
 driver starts). Also the keys that carry credentials (CREDENTIAL_CONF_PATTERN), which

@@ -1,6 +1,6 @@
 """What a Python entrypoint job receives: the JobContext.
 
-Built by job_runtime.jobs for each start of the query and handed to the user's
+Built by job_runtime.query.start for each start of the query and handed to the user's
 `package.module:function`. The function returns a DataStreamWriter (the
 runtime sets checkpoint location, trigger and query name, then starts it) or
 an already started StreamingQuery (then it must have used `context.start` or
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-    from job_runtime.kafka_sink import SinkIdentity
+    from job_runtime.kafka.sink import SinkIdentity
 
 
 class JobContextError(LookupError):
@@ -45,11 +45,11 @@ class JobContext:
     query_name: str
     sources: Mapping[str, Source] = field(default_factory=dict)
     declared_sink: Sink | None = None
-    once: bool = False  # the runtime finishes a planned batch alone (job_runtime.drain); not for jobs to set
+    once: bool = False  # the runtime finishes a planned batch alone (job_runtime.query.drain); not for jobs to set
 
     def source(self, name: str) -> "DataFrame":
         """The declared source `name` as a streaming DataFrame (event-time watermark applied)."""
-        from job_runtime import pipeline
+        from job_runtime.query import pipeline
 
         if name not in self.sources:
             declared = ", ".join(sorted(self.sources)) or "none"
@@ -60,7 +60,7 @@ class JobContext:
 
     def sink(self, df: "DataFrame") -> "DataStreamWriter":
         """A writer for the declared sink; the runtime adds checkpoint, trigger and query name."""
-        from job_runtime import pipeline
+        from job_runtime.query import pipeline
 
         if self.declared_sink is None:
             raise JobContextError("job.sink: no sink declared; declare one or return your own DataStreamWriter")
@@ -68,7 +68,7 @@ class JobContext:
 
     def sink_identity(self) -> "SinkIdentity":
         """The job and checkpoint a kafka sink's transactions belong to."""
-        from job_runtime.kafka_sink import SinkIdentity
+        from job_runtime.kafka.sink import SinkIdentity
 
         return SinkIdentity(self.job_namespace, self.job_name, self.checkpoint_location)
 

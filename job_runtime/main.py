@@ -3,7 +3,7 @@
 Called by the driver container (directly, or through spark-submit via
 job_runtime/driver.py) with the arguments the operator renders; by tests as a
 subprocess. Parses and checks everything that can be checked without Spark,
-then hands over to job_runtime.runner.Runner and exits with its code
+then hands over to job_runtime.run.runner.Runner and exits with its code
 (streamjob_contract.exitcodes). A usage error exits INVALID_JOB (12), not argparse's 2.
 
 Commands:
@@ -66,18 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--allow-non-restored-state", action="store_true",
         help="start even if the checkpoint or savepoint holds state of stateful operators the query no longer has "
-        "(that state is dropped); see job_runtime.nonrestored",
+        "(that state is dropped); see job_runtime.checkpoints.nonrestored",
     )
     run.add_argument(
         "--owner-uid",
         help="the StreamJob's metadata.uid: the checkpoint is claimed for it (_streamjob_owner.json) and refused "
-        "(exit 13) when another job owns it; see job_runtime.ownership",
+        "(exit 13) when another job owns it; see job_runtime.checkpoints.ownership",
     )
     run.add_argument("--savepoint-location", help="prefix for savepoints requested without a path (s3://...)")
     run.add_argument(
         "--savepoint-timeout-seconds", type=float,
         help="spec.savepoint.timeoutSeconds: incomplete savepoint directories of this job under --savepoint-location "
-        "with nothing written for longer are pruned (none are, without it); see job_runtime.hygiene",
+        "with nothing written for longer are pruned (none are, without it); see job_runtime.checkpoints.hygiene",
     )
     run.add_argument(
         "--hygiene-interval-seconds", type=float, default=300.0,
@@ -174,10 +174,10 @@ def _invalid(message: str, termination_file: Path | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from job_runtime.control import ControlServer
-    from job_runtime.runner import Runner
+    from job_runtime.run.control import ControlServer
+    from job_runtime.run.runner import Runner
     from streamjob_contract.s3 import S3Config
-    from job_runtime.session import engine_conf
+    from job_runtime.query.session import engine_conf
 
     try:
         job = load_job_definition(args.job)

@@ -1,7 +1,7 @@
 """The runtime's settings: what the `run` command was asked to do, as one frozen value.
 
-Built by job_runtime.main from the command line; read by job_runtime.runner,
-job_runtime.session and the job builders. Pure: no Spark import, no I/O.
+Built by job_runtime.main from the command line; read by job_runtime.run.runner,
+job_runtime.query.session and the job builders. Pure: no Spark import, no I/O.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class RuntimeSettings:
     job_hash: str = ""
     owner_uid: str | None = None
     savepoint_timeout_seconds: float | None = None  # abandoned savepoint directories older than this are pruned
-    hygiene_interval_seconds: float = 300.0  # between two storage hygiene passes (job_runtime.janitor)
+    hygiene_interval_seconds: float = 300.0  # between two storage hygiene passes (job_runtime.checkpoints.janitor)
 
     @property
     def available_now(self) -> bool:

@@ -1,7 +1,7 @@
 """A test hook: pause the runtime at a named instant so a test can SIGKILL it exactly there.
 
-Called by job_runtime.savepoint while it copies files (savepoints and restores) and by
-job_runtime.kafka_sink around its transaction commit.
+Called by job_runtime.savepoints while it copies files (savepoints and restores) and by
+job_runtime.kafka.sink around its transaction commit.
 Off unless the environment names a point; nothing else in the runtime reads
 these variables. The kill tests (tests/runtime/test_runtime_kill_points.py) set:
 

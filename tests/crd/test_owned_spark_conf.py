@@ -1,6 +1,6 @@
 """The CRD refuses exactly the sparkConf keys the runtime refuses, in the same words.
 
-Pure: the generated CRD against job_runtime.session.engine_conf. The API server's
+Pure: the generated CRD against job_runtime.query.session.engine_conf. The API server's
 side (each key refused at `kubectl apply`) is in test_crd_validation.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime.session import engine_conf
+from job_runtime.query.session import engine_conf
 from job_runtime.settings import RuntimeSettings, SettingsError
 from streamjob_operator.api import crd
 

@@ -16,7 +16,7 @@ from testbed import locate
 from testbed.s3 import S3Server, start_s3
 
 from streamjob_contract.jobdef import load_job_definition
-from job_runtime.runner import Runner
+from job_runtime.run.runner import Runner
 from streamjob_contract.s3 import S3Config
 from job_runtime.settings import RuntimeSettings
 

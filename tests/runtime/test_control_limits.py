@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from test_runtime_units import FakeController, call
 
-from job_runtime.control import ControlServer
+from job_runtime.run.control import ControlServer
 
 TOKEN = "s3cret-token"
 TIMEOUT = 3.0  # the server's per-request timeout in these tests

@@ -19,7 +19,7 @@ from runtime_harness import RuntimeProcess, run_args
 from runtime_kafka import EVENTS, committed_windows, kafka_job, load_events_module, reference_windows, start_run, topics
 
 from streamjob_contract.exitcodes import ExitCode
-from job_runtime.savepoint import write_savepoint
+from job_runtime.savepoints import write_savepoint
 
 AFTER_COMMIT = PausePoint("kafka-after-commit:2", "batch 1 committed to Kafka, not to Spark's commit log")
 RERUN_THEN_AFTER_COMMIT = PausePoint("kafka-after-commit:1", "batch 1 skipped, batch 2 committed to Kafka, not to Spark")

@@ -5,7 +5,7 @@ credentials from the environment (as the operator passes them from a Secret).
 The right password reads and writes every window once; a wrong one fails the run with a message
 naming the brokers and the user, and neither password is in any file the runs wrote (their logs,
 termination messages, checkpoint). The atLeastOnce sink (Spark's own Kafka writer, its SASL
-options built by job_runtime.kafka_auth) authenticates the same way and writes record headers.
+options built by job_runtime.kafka.auth) authenticates the same way and writes record headers.
 """
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ from runtime_harness import RuntimeProcess, entrypoint_job, run_args, runtime_en
 from runtime_inputs import Input
 
 from streamjob_contract.exitcodes import ExitCode
-from job_runtime.ownership import OWNER_FILE
-from job_runtime.savepoint import MANIFEST_NAME, RESTORE_MARKER, write_savepoint
+from job_runtime.checkpoints.ownership import OWNER_FILE
+from job_runtime.savepoints import MANIFEST_NAME, RESTORE_MARKER, write_savepoint
 
 FIRST_OFFSETS = PausePoint(r"write:/ckpt1/offsets/0$", "while the first offset-log entry was written")
 STATE_COMMIT = PausePoint(r"close:/ckpt1/state/0/0/2\.changelog$", "in batch 1's state commit (partition 0 done, partition 1 not)")

@@ -1,4 +1,4 @@
-"""Checkpoint ownership (job_runtime.ownership) on local disk and on the test bed's S3 server.
+"""Checkpoint ownership (job_runtime.checkpoints.ownership) on local disk and on the test bed's S3 server.
 
 Two real runtime processes on one checkpoint are in test_runtime_kill_points.py
 (the second, another StreamJob, exits 13 naming the owner). Here: the marker's
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from runtime_harness import S3_BUCKET as BUCKET
 
-from job_runtime import savepoint as sp
-from job_runtime.ownership import OWNER_FILE, CheckpointOwnedError, claim_checkpoint
+from job_runtime import savepoints as sp
+from job_runtime.checkpoints.ownership import OWNER_FILE, CheckpointOwnedError, claim_checkpoint
 from streamjob_contract.s3 import S3Config, Store, parse_location
 from testbed.s3 import S3Server
 

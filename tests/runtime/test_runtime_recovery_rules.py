@@ -1,5 +1,5 @@
-"""Truth tables for the pure decisions: checkpoint recovery (job_runtime.recovery) and
-allowNonRestoredState (job_runtime.nonrestored).
+"""Truth tables for the pure decisions: checkpoint recovery (job_runtime.checkpoints.recovery) and
+allowNonRestoredState (job_runtime.checkpoints.nonrestored).
 
 Listings are what a killed driver leaves, as tests/runtime/test_runtime_kill_points.py
 and tests/savepoints/test_checkpoint_recovery.py produce them with real Spark; the
@@ -13,8 +13,8 @@ import uuid
 import pytest
 from runtime_harness import S3_BUCKET as BUCKET
 
-from job_runtime import nonrestored, recovery
-from job_runtime.recovery import Action, CheckpointDamagedError
+from job_runtime.checkpoints import nonrestored, recovery
+from job_runtime.checkpoints.recovery import Action, CheckpointDamagedError
 from streamjob_contract.s3 import S3Config, Store, parse_location
 from testbed.s3 import S3Server
 

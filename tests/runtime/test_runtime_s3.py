@@ -18,7 +18,7 @@ from runtime_harness import S3_BUCKET as BUCKET
 from runtime_harness import RuntimeProcess, example_job, run_args, runtime_env
 from runtime_inputs import Input
 
-from job_runtime.savepoint import MANIFEST_NAME
+from job_runtime.savepoints import MANIFEST_NAME
 from testbed import locate
 from testbed.s3 import S3Server, client
 

@@ -21,7 +21,7 @@ from runtime_harness import RuntimeProcess, example_job, run_args
 from runtime_inputs import Input
 from test_runtime_savepoints import SLOW_TRIGGER, wait_savepoint
 
-from job_runtime.savepoint import IN_PROGRESS_MARKER, MANIFEST_NAME
+from job_runtime.savepoints import IN_PROGRESS_MARKER, MANIFEST_NAME
 
 
 def files_under(root: Path) -> dict[str, bytes]:

@@ -21,7 +21,7 @@ from runtime_harness import RuntimeProcess, example_job, run_args
 from runtime_inputs import FILES, Input
 
 from streamjob_contract.exitcodes import ExitCode
-from job_runtime.savepoint import MANIFEST_NAME
+from job_runtime.savepoints import MANIFEST_NAME
 
 SLOW_TRIGGER = "1 second"  # at most one batch a second: the stream is still going when the savepoint comes
 

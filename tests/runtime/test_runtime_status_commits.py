@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from streamjob_contract import checkpoint
-from job_runtime.runner import Runner
+from job_runtime.run.runner import Runner
 
 
 def commit(tmp_path: Path, batch: int) -> None:

@@ -1,4 +1,4 @@
-"""Stop-with-savepoint under steady input stops between micro-batches (job_runtime.drain), so the
+"""Stop-with-savepoint under steady input stops between micro-batches (job_runtime.query.drain), so the
 savepoint has no planned batch and a change of statePartitions restores from it.
 
 Before: query.stop() interrupted the batch in flight, the savepoint held it planned, and the
@@ -22,7 +22,7 @@ from runtime_harness import RuntimeProcess, run_args
 from runtime_kafka import committed_windows, kafka_job, load_events_module, reference_windows, topics
 
 from streamjob_contract.exitcodes import ExitCode
-from job_runtime.savepoint import inspect_savepoint
+from job_runtime.savepoints import inspect_savepoint
 
 EVENTS = 900
 CHUNK = 15  # events per produce call, every 0.2 s: more than a 500 ms trigger's worth keeps coming

@@ -1,4 +1,4 @@
-"""A stop that interrupts the batch in flight is a stop, not a failure (job_runtime.runner._stop_query).
+"""A stop that interrupts the batch in flight is a stop, not a failure (job_runtime.run.runner._stop_query).
 
 Seen on s3a: stop-with-savepoint interrupted the S3 stream's read ("Read interrupted
 while waiting for data", caused by InterruptedException), the query ended with that
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from job_runtime.query_errors import interrupted_by_stop
-from job_runtime.runner import Runner
+from job_runtime.query.errors import interrupted_by_stop
+from job_runtime.run.runner import Runner
 
 INTERRUPTED = ("org.apache.spark.sql.streaming.StreamingQueryException: Error while reading data. Read interrupted while "
                "waiting for data\\nCaused by: java.lang.InterruptedException\\n\\tat java.base/java.util.concurrent.CountDownLatch")

@@ -25,8 +25,8 @@ from runtime_harness import S3_BUCKET as BUCKET
 from runtime_harness import RuntimeProcess, example_job, run_args, runtime_env
 from runtime_inputs import Input
 
-from job_runtime.ownership import OWNER_FILE
-from job_runtime.savepoint import IN_PROGRESS_MARKER, MANIFEST_NAME
+from job_runtime.checkpoints.ownership import OWNER_FILE
+from job_runtime.savepoints import IN_PROGRESS_MARKER, MANIFEST_NAME
 from testbed import locate
 from testbed.s3 import S3Server, client
 

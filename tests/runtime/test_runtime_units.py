@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from job_runtime.control import ControlError, ControlServer, authorized, parse_address
+from job_runtime.run.control import ControlError, ControlServer, authorized, parse_address
 from streamjob_contract.jobdef import parse_job_definition
-from job_runtime.pipeline import sink_input
-from job_runtime.session import ROCKSDB_PROVIDER, engine_conf, redacted
+from job_runtime.query.pipeline import sink_input
+from job_runtime.query.session import ROCKSDB_PROVIDER, engine_conf, redacted
 from job_runtime.settings import RuntimeSettings, S3Settings, SettingsError, validate
-from job_runtime.status import LateRowsTotal, progress_fields
+from job_runtime.query.progress import LateRowsTotal, progress_fields
 from streamjob_contract.runtime_status import watermark_ms
 
 

@@ -22,12 +22,12 @@ from typing import Any
 from runtime_harness import S3_BUCKET as BUCKET
 from runtime_harness import RuntimeProcess, example_job, run_args, runtime_env
 
-from job_runtime import hygiene
+from job_runtime.checkpoints import hygiene
 from streamjob_contract.exitcodes import ExitCode
-from job_runtime.janitor import Janitor
-from job_runtime.ownership import OWNER_FILE, Owner
+from job_runtime.checkpoints.janitor import Janitor
+from job_runtime.checkpoints.ownership import OWNER_FILE, Owner
 from streamjob_contract.s3 import S3Config
-from job_runtime.savepoint import DELETING_MARKER, IN_PROGRESS_MARKER, MANIFEST_NAME, build_manifest
+from job_runtime.savepoints import DELETING_MARKER, IN_PROGRESS_MARKER, MANIFEST_NAME, build_manifest
 from job_runtime.settings import RuntimeSettings
 from testbed.s3 import S3Server, client
 

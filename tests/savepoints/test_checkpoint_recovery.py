@@ -2,7 +2,7 @@
 
 Each case takes the session's real RocksDB checkpoint (4 committed batches),
 changes it the way the instant in question leaves it, shows that Spark 4.3 fails
-on it unrepaired, runs job_runtime.recovery, and
+on it unrepaired, runs job_runtime.checkpoints.recovery, and
 checks that Spark then resumes with the state computed independently
 (savepoint_helpers.expected_counts): nothing lost, nothing twice. Cases that
 must not be repaired are refused with the checkpoint left as it was.
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from job_runtime import recovery
+from job_runtime.checkpoints import recovery
 from streamjob_contract.s3 import S3Config, Store, parse_location
 
 from savepoint_helpers import BUCKET, RealCheckpoint, expected_counts, input_file, read_state, run_to_end, write_input

@@ -1,4 +1,4 @@
-"""job_runtime.drain against Spark 4.3 itself: the stop for a savepoint ends the query between
+"""job_runtime.query.drain against Spark 4.3 itself: the stop for a savepoint ends the query between
 batches, and Trigger.Once finishes exactly the batch a stop left planned (and no other).
 
 The job is the savepoint tests' per-key count over JSON files, one file per batch
@@ -15,7 +15,7 @@ from typing import Any
 
 from savepoint_helpers import expected_counts, input_file, read_state, run_to_end, start_query, write_input
 
-from job_runtime import drain
+from job_runtime.query import drain
 from streamjob_contract.s3 import S3Config
 
 WAIT = 240.0
@@ -95,7 +95,7 @@ def test_end_after_batch_under_steady_input_stops_between_batches(spark: Any, tm
 
 
 def test_the_drain_leaves_most_of_the_savepoint_timeout_for_the_savepoint() -> None:
-    from job_runtime import drain
+    from job_runtime.query import drain
 
     assert drain.drain_seconds(None) == drain.STOP_DRAIN_SECONDS
     assert drain.drain_seconds(3600) == drain.STOP_DRAIN_SECONDS

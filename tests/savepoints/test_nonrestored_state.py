@@ -3,7 +3,7 @@
 Against the suite's real Spark session and a real RocksDB checkpoint of a query
 that deduplicates then counts (operator 0 the count, 1 the deduplication: Spark
 numbers them from the sink). Spark's own refusal is read by
-job_runtime.nonrestored; with the flag the removed operator's state is dropped
+job_runtime.checkpoints.nonrestored; with the flag the removed operator's state is dropped
 and the count resumes from its restored state. The runtime's side (exit 13,
 dropping and starting again) runs at the end of tests/runtime/test_runtime_kill_points.py.
 """
@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from job_runtime import nonrestored
+from job_runtime.checkpoints import nonrestored
 
 from savepoint_helpers import input_file, read_state, write_input
 

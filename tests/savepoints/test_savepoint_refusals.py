@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from streamjob_contract import checkpoint as ckpt
-from job_runtime import savepoint as sp
+from job_runtime import savepoints as sp
 from streamjob_contract.s3 import S3Config, parse_location
 from savepoint_helpers import STATE_PARTITIONS, RealCheckpoint
 
@@ -186,7 +186,7 @@ def _cli(s3_config: S3Config, *args: str) -> subprocess.CompletedProcess[str]:
         "AWS_REGION": s3_config.region or "us-east-1",
     }
     return subprocess.run(
-        [sys.executable, "-m", "job_runtime.savepoint_cli", *args], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "job_runtime.savepoints.cli", *args], env=env, capture_output=True, text=True, timeout=120
     )
 
 

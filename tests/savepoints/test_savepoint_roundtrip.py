@@ -12,7 +12,7 @@ from typing import Any
 
 
 from streamjob_contract import checkpoint as ckpt
-from job_runtime import savepoint as sp
+from job_runtime import savepoints as sp
 from streamjob_contract.s3 import S3Config, parse_location
 
 from savepoint_helpers import (

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from streamjob_contract import checkpoint as ckpt
-from job_runtime import savepoint as sp
+from job_runtime import savepoints as sp
 from streamjob_contract.s3 import LocationError, StoredFile, parse_location
 
 

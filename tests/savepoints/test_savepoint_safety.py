@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime import savepoint as sp
+from job_runtime import savepoints as sp
 from streamjob_contract.s3 import S3Config, Store, parse_location
-from job_runtime.savepoint_target import SavepointPathError, confine
+from job_runtime.savepoints.target import SavepointPathError, confine
 from savepoint_helpers import RealCheckpoint
 
 JOB = {"job_name": "counts", "job_namespace": "team-a", "job_hash": "abc123", "spark_version": "4.3.0"}
@@ -176,7 +176,7 @@ def _cli_env(s3_config: S3Config) -> dict[str, str]:
 def _cli(s3_config: S3Config, *args: str) -> subprocess.CompletedProcess[str]:
     """The CLI as a script runs it: stdin is not a terminal."""
     return subprocess.run(
-        [sys.executable, "-m", "job_runtime.savepoint_cli", *args],
+        [sys.executable, "-m", "job_runtime.savepoints.cli", *args],
         env=_cli_env(s3_config), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )
 
@@ -227,7 +227,7 @@ def _cli_on_a_terminal(s3_config: S3Config, answer: str, *args: str) -> subproce
     try:
         os.write(master, answer.encode() + b"\n")
         return subprocess.run(
-            [sys.executable, "-m", "job_runtime.savepoint_cli", *args],
+            [sys.executable, "-m", "job_runtime.savepoints.cli", *args],
             env=_cli_env(s3_config), capture_output=True, text=True, timeout=120, stdin=slave,
         )
     finally:

@@ -1,11 +1,11 @@
-"""Kafka SASL settings built from the driver's environment (job_runtime.kafka_auth), and the job
+"""Kafka SASL settings built from the driver's environment (job_runtime.kafka.auth), and the job
 model's refusals of credentials written inline."""
 
 from __future__ import annotations
 
 import pytest
 
-from job_runtime import kafka_auth
+from job_runtime.kafka import auth as kafka_auth
 from streamjob_contract.jobdef import JobDefinitionError, KafkaSasl, parse_job_definition, sasl_env
 
 SCRAM = KafkaSasl.model_validate({"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "creds"}})

@@ -1,9 +1,9 @@
-"""The Kafka sink's committed-batch marker (job_runtime.kafka_sink): one per job, naming the
+"""The Kafka sink's committed-batch marker (job_runtime.kafka.sink): one per job, naming the
 batch by the digest of its input, parsed back from a committed offset's metadata string."""
 
 from __future__ import annotations
 
-from job_runtime.kafka_sink import Marker, SinkIdentity, batch_input_digest
+from job_runtime.kafka.sink import Marker, SinkIdentity, batch_input_digest
 
 OFFSETS_4 = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"events":{"0":400}}\n'
 OFFSETS_5 = 'v1\n{"batchWatermarkMs":10,"batchTimestampMs":2,"conf":{}}\n{"events":{"0":500}}\n'
@@ -42,15 +42,15 @@ def test_a_marker_without_a_digest_matches_no_batch() -> None:
 
 def test_a_failed_query_names_the_python_sink_error_and_the_kafka_endpoints() -> None:
     from streamjob_contract.jobdef import parse_job_definition
-    from job_runtime.pipeline import kafka_context
-    from job_runtime.query_errors import describe as _describe
+    from job_runtime.query.pipeline import kafka_context
+    from job_runtime.query.errors import describe as _describe
 
     wrapped = (
         "An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
         '  File "kafka_sink.py", line 1, in __call__\n    raise KafkaSinkError(...)\n'
-        "job_runtime.kafka_sink.KafkaSinkError: sink.kafka (brokers b:9092 topic out): batch 2 not published: timed out\n"
+        "job_runtime.kafka.sink.KafkaSinkError: sink.kafka (brokers b:9092 topic out): batch 2 not published: timed out\n"
     )
-    assert _describe(RuntimeError(wrapped)).startswith("job_runtime.kafka_sink.KafkaSinkError: sink.kafka (brokers b:9092")
+    assert _describe(RuntimeError(wrapped)).startswith("job_runtime.kafka.sink.KafkaSinkError: sink.kafka (brokers b:9092")
     assert _describe(RuntimeError("plain failure\nat line 2")) == "plain failure"
     job = parse_job_definition({"pipeline": {
         "sources": [{"name": "events", "kind": "kafka", "options": {"kafka.bootstrap.servers": "b:9092", "subscribe": "in"}}],

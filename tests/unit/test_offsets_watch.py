@@ -1,10 +1,10 @@
-"""The Kafka offsets watch (job_runtime.offsets_watch): the deadline comes from the source's own options."""
+"""The Kafka offsets watch (job_runtime.kafka.offsets_watch): the deadline comes from the source's own options."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from job_runtime import offsets_watch
+from job_runtime.kafka import offsets_watch
 from streamjob_contract.jobdef import parse_job_definition
 
 

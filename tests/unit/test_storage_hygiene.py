@@ -1,4 +1,4 @@
-"""Storage hygiene, the pure rules (job_runtime.hygiene): which directories may be deleted, given what is there.
+"""Storage hygiene, the pure rules (job_runtime.checkpoints.hygiene): which directories may be deleted, given what is there.
 
 Tables over listings: run directories by number, owner and markers; savepoint
 directories by manifest, markers, job and age. The runtime's reading of the
@@ -11,8 +11,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from job_runtime import hygiene
-from job_runtime.hygiene import RunDirFacts, RunLayout, SavepointDirFacts
+from job_runtime.checkpoints import hygiene
+from job_runtime.checkpoints.hygiene import RunDirFacts, RunLayout, SavepointDirFacts
 from streamjob_operator.reconcile import names
 from streamjob_operator.reconcile.decide import spec_json
 

@@ -1,6 +1,6 @@
 """Recovery of a checkpoint that a killed driver left behind, before Spark touches it.
 
-Called by job_runtime.runner on every start, before the state-partition pin is
+Called by job_runtime.run.runner on every start, before the state-partition pin is
 read and before the query starts (skipped while a restore is unfinished: the
 restore redoes the whole checkpoint). Works on file:// and s3a:// through
 streamjob_contract.s3.Store.

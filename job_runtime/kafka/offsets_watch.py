@@ -9,7 +9,7 @@ retries, not proven by a thread dump; the job would otherwise hang and no restar
 would ever act. The Runner's main loop asks ``stalled()`` on every poll: once the
 query has been getting a Kafka source's offsets for longer than that source's own
 deadline plus a margin, it is stopped and the job fails with a message naming the
-source's brokers and topic (job_runtime.pipeline.kafka_context), so the operator
+source's brokers and topic (job_runtime.query.pipeline.kafka_context), so the operator
 restarts it by its restart policy.
 """
 

@@ -1,6 +1,6 @@
 """The Kafka sink: exactly-once by a Kafka transaction per micro-batch, or Spark's at-least-once writer.
 
-Called by job_runtime.pipeline.sink_writer for `sink.kind: kafka`. The
+Called by job_runtime.query.pipeline.sink_writer for `sink.kind: kafka`. The
 exactly-once path is a two-phase commit over Spark's micro-batch protocol
 (docs/delivery.md):
 
@@ -46,7 +46,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from job_runtime import kafka_auth, testhooks
+from job_runtime.kafka import auth as kafka_auth
+from job_runtime import testhooks
 from streamjob_contract.jobdef import Delivery, KafkaSink
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ class ExactlyOnceKafkaWriter:
         return f"brokers {self.kafka.bootstrap_servers} topic {self.kafka.topic}"
 
     def _client_conf(self) -> dict[str, Any]:
-        # SASL credentials from the driver's environment (job_runtime.kafka_auth), never logged
+        # SASL credentials from the driver's environment (job_runtime.kafka.auth), never logged
         return {"bootstrap.servers": self.kafka.bootstrap_servers, **kafka_auth.client_conf(self.kafka.sasl, "sink", "sink.kafka")}
 
     def _ensure_clients(self) -> None:

@@ -1,6 +1,6 @@
 """Where a savepoint may be written: the confinement rule of the control endpoint.
 
-Called by ``job_runtime.runner`` when ``POST /savepoints`` names a path (the
+Called by ``job_runtime.run.runner`` when ``POST /savepoints`` names a path (the
 operator's upgrade, manual, periodic, suspend and delete savepoints all name one
 below ``spec.savepoint.location``, see ``streamjob_operator.reconcile.names``).
 Pure: parsing and comparing locations, no I/O.

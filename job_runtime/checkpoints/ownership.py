@@ -1,6 +1,6 @@
 """Checkpoint ownership: one StreamJob per checkpoint location, never two writers.
 
-Called by job_runtime.runner first thing on every start (with --owner-uid, the
+Called by job_runtime.run.runner first thing on every start (with --owner-uid, the
 StreamJob's metadata.uid), before any other code or Spark touches the
 checkpoint. Works on file:// and s3a:// through streamjob_contract.s3.Store.
 

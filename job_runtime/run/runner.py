@@ -5,22 +5,15 @@ its main thread starts and stops it. The control endpoint's threads and the
 SIGTERM handler talk to it through a command queue; a savepoint taken while
 running is written from a worker thread, because the query keeps going.
 
-Before anything touches the checkpoint: with --owner-uid, the location is
-claimed for this StreamJob or refused when another one owns it
-(job_runtime.ownership); then what a killed driver left behind is repaired
-(job_runtime.recovery), unless an unfinished restore is about to be redone.
-
-Restore rule: with --restore-from, a checkpoint location that has no commits
-(or an unfinished restore) is materialised from the savepoint; one that has
-commits is resumed and the restore skipped, so a driver restarted after a
-restore never loses progress.
+Before the query starts: the checkpoint claimed, repaired and restored or its
+pin checked (job_runtime.run.startup, whose refusals exit RESTORE_REFUSED).
 
 --allow-non-restored-state: when the query fails planning its first batch
 because the checkpoint holds state of stateful operators it no longer has,
-that state is dropped and the query started once more (job_runtime.nonrestored);
+that state is dropped and the query started once more (job_runtime.checkpoints.nonrestored);
 operator changes Spark cannot map exit RESTORE_REFUSED.
 
-Stop-with-savepoint and savepoints taken while running: job_runtime.runner_savepoints.
+Stop-with-savepoint and savepoints taken while running: job_runtime.run.savepoint_requests.
 """
 
 from __future__ import annotations
@@ -34,18 +27,20 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from job_runtime import janitor, jobs, nonrestored, ownership, pipeline, recovery
+from job_runtime.checkpoints import janitor, nonrestored
+from job_runtime.kafka.offsets_watch import OffsetsWatch, kafka_offsets_deadline
+from job_runtime.query import pipeline, start
+from job_runtime.query.errors import describe, interrupted_by_stop
+from job_runtime.query.progress import LateRowsTotal, progress_fields
+from job_runtime.run import startup
+from job_runtime.run.savepoint_requests import Command, SavepointCommand, SavepointOps, SavepointRecord, StopCommand
+from job_runtime.run.startup import RestoreRefused
+from job_runtime.settings import RuntimeSettings
 from streamjob_contract import checkpoint
 from streamjob_contract.exitcodes import ExitCode
 from streamjob_contract.jobdef import JobDefinition, JobDefinitionError
-from job_runtime.pinning import StateIncompatibleError, check_state_partitions
-from job_runtime.query_errors import describe, interrupted_by_stop
-from job_runtime.offsets_watch import OffsetsWatch, kafka_offsets_deadline
-from streamjob_contract.s3 import LocationError, S3Config
-from job_runtime.runner_savepoints import Command, SavepointCommand, SavepointOps, SavepointRecord, StopCommand
-from job_runtime.settings import RuntimeSettings
-from job_runtime.status import LateRowsTotal, progress_fields
 from streamjob_contract.runtime_status import RunState, RuntimeStatus
+from streamjob_contract.s3 import S3Config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,12 +53,8 @@ STATUS_CACHE_SECONDS = 2.0
 WORKER_JOIN_SECONDS = 300.0
 
 
-class RestoreRefused(RuntimeError):
-    """The savepoint or checkpoint cannot serve this job; exit RESTORE_REFUSED."""
-
-
 class Runner(SavepointOps):
-    """Implements job_runtime.control.Controller; `run()` returns the exit code."""
+    """Implements job_runtime.run.control.Controller; `run()` returns the exit code."""
 
     def __init__(self, settings: RuntimeSettings, job: JobDefinition, s3_config: S3Config) -> None:
         self.settings = settings
@@ -197,19 +188,22 @@ class Runner(SavepointOps):
 
     def _run(self) -> ExitCode:
         # Everything that can refuse the run without a JVM goes first: a refusal is then quick.
-        self._claim_checkpoint()
-        self._recover_checkpoint()
-        restore = self._restore_needed()
+        startup.claim_checkpoint(self.settings, self.s3_config)
+        startup.recover_checkpoint(self.settings, self.s3_config)
+        restore = startup.restore_needed(self.settings, self.s3_config)
+        self._restore_skipped = self.settings.restore_from is not None and not restore
         if restore:
-            self._check_savepoint()
+            startup.check_savepoint(self.settings, self.s3_config)
         else:
-            self._check_pin()
+            startup.check_pin(self.settings, self.s3_config)
         self._spark = self._build_session()
         if self._stop_reason:
             return self._stopped()
         if restore:
-            self._restore(self._spark)
-            self._check_pin()
+            self._state = RunState.RESTORING
+            startup.restore(self.settings, self.s3_config, self._spark)
+            self._restored_from = self.settings.restore_from
+            startup.check_pin(self.settings, self.s3_config)
         if self._stop_reason:
             return self._stopped()
         baseline = self._committed_before_start()
@@ -237,17 +231,9 @@ class Runner(SavepointOps):
                     self._worker.start()
 
     def _build_session(self) -> "SparkSession":
-        from job_runtime.session import build_session
+        from job_runtime.query.session import build_session
 
         return build_session(self.settings)
-
-    def _check_pin(self) -> None:
-        try:
-            check_state_partitions(self.settings.checkpoint_location, self.settings.state_partitions, self.s3_config)
-        except StateIncompatibleError as err:
-            raise RestoreRefused(str(err)) from None
-        except LocationError as err:
-            raise JobDefinitionError(f"--checkpoint: {err}") from None
 
     def _committed_before_start(self) -> int | None | Exception:
         try:
@@ -256,7 +242,7 @@ class Runner(SavepointOps):
             return err
 
     def _start_janitor(self, baseline: int | None | Exception) -> None:
-        """Storage hygiene (job_runtime.janitor): prunes once this driver has committed a batch past `baseline`."""
+        """Storage hygiene (job_runtime.checkpoints.janitor): prunes once this driver has committed a batch past `baseline`."""
         if isinstance(baseline, Exception):
             log.warning("storage hygiene off job=%s reason=could not read the checkpoint's commits before the start: %s",
                         self.settings.job_id, describe(baseline))
@@ -271,117 +257,9 @@ class Runner(SavepointOps):
         )
         self._janitor.start(baseline)
 
-    def _claim_checkpoint(self) -> None:
-        try:
-            janitor.refuse_pruned(checkpoint.open_store(self.settings.checkpoint_location, self.s3_config))
-        except janitor.CheckpointPrunedError as err:
-            raise RestoreRefused(str(err)) from None
-        except LocationError as err:
-            raise JobDefinitionError(f"--checkpoint: {err}") from None
-        uid = self.settings.owner_uid
-        if uid is None:
-            log.info("skipped checkpoint ownership check job=%s reason=no --owner-uid", self.settings.job_id)
-            return
-        try:
-            ownership.claim_checkpoint(
-                self.settings.checkpoint_location, namespace=self.settings.namespace, name=self.settings.name,
-                uid=uid, s3=self.s3_config,
-            )
-        except ownership.CheckpointOwnedError as err:
-            raise RestoreRefused(str(err)) from None
-        except LocationError as err:
-            raise JobDefinitionError(f"--checkpoint: {err}") from None
-
-    def _recover_checkpoint(self) -> None:
-        from job_runtime.savepoint import unfinished_restore
-
-        location = self.settings.checkpoint_location
-        try:
-            restoring = unfinished_restore(location, s3_config=self.s3_config)
-            if restoring is not None:
-                if self.settings.restore_from is None:
-                    raise RestoreRefused(
-                        f"checkpoint {location} holds an unfinished restore of savepoint {restoring}: it is incomplete "
-                        f"and must not run; start with --restore-from {restoring} to finish the restore"
-                    )
-                log.info(
-                    "skipped checkpoint recovery job=%s checkpoint=%s reason=unfinished restore of %s is redone",
-                    self.settings.job_id, location, restoring,
-                )
-                return
-            recovery.recover_checkpoint(location, job=self.settings.job_id, s3=self.s3_config)
-        except recovery.CheckpointDamagedError as err:
-            raise RestoreRefused(str(err)) from None
-        except LocationError as err:
-            raise JobDefinitionError(f"--checkpoint: {err}") from None
-
-    def _restore_needed(self) -> bool:
-        """True when --restore-from is set and the checkpoint has no commits (or an unfinished restore)."""
-        from streamjob_contract.savepoint_manifest import RESTORE_MARKER
-
-        uri = self.settings.restore_from
-        if uri is None:
-            return False
-        location = self.settings.checkpoint_location
-        try:
-            latest = checkpoint.latest_completed_batch(location, s3=self.s3_config)
-            unfinished = checkpoint.open_store(location, self.s3_config).exists(RESTORE_MARKER)
-        except LocationError as err:
-            raise JobDefinitionError(f"--checkpoint: {err}") from None
-        if latest is not None and not unfinished:
-            self._restore_skipped = True
-            log.info(
-                "skipped restore job=%s savepoint=%s reason=checkpoint has commits latestCompletedBatch=%d checkpoint=%s",
-                self.settings.job_id, uri, latest, location,
-            )
-            return False
-        return True
-
-    def _check_savepoint(self) -> None:
-        """Refuse early (before the JVM) when the savepoint has no manifest or is unreadable."""
-        from job_runtime.savepoint import SavepointError, inspect_savepoint
-
-        assert self.settings.restore_from is not None
-        try:
-            manifest = inspect_savepoint(self.settings.restore_from, s3_config=self.s3_config)
-        except SavepointError as err:
-            raise RestoreRefused(f"--restore-from {err}") from None
-        except LocationError as err:
-            raise JobDefinitionError(f"--restore-from: {err}") from None
-        log.info(
-            "found savepoint job=%s savepoint=%s batchId=%d statePartitions=%d savedBy=%s/%s",
-            self.settings.job_id, self.settings.restore_from, manifest.batch_id, manifest.state_partitions,
-            manifest.job.namespace, manifest.job.name,
-        )
-
-    def _restore(self, spark: "SparkSession") -> None:
-        from job_runtime.savepoint import SavepointError, restore_savepoint
-
-        uri = self.settings.restore_from
-        assert uri is not None
-        location = self.settings.checkpoint_location
-        self._state = RunState.RESTORING
-        started = time.monotonic()
-        try:
-            manifest = restore_savepoint(
-                uri,
-                location,
-                expected_state_partitions=self.settings.state_partitions,
-                allow_non_restored_state=self.settings.allow_non_restored_state,
-                spark=spark,
-                s3_config=self.s3_config,
-            )
-        except SavepointError as err:
-            raise RestoreRefused(f"--restore-from {err}") from None
-        self._restored_from = uri
-        log.info(
-            "restored savepoint job=%s savepoint=%s batchId=%d checkpoint=%s seconds=%.1f",
-            self.settings.job_id, uri, manifest.batch_id, location, time.monotonic() - started,
-        )
-
     def _start_query(self, once: bool = False) -> None:
         assert self._spark is not None
-        query = jobs.start_query(self._spark, self.job, self.settings, once=once)
+        query = start.start_query(self._spark, self.job, self.settings, once=once)
         with self._lock:
             self._query = query
             self._query_starts += 1

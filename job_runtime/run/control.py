@@ -1,6 +1,6 @@
 """The driver's HTTP control endpoint: health, status, savepoints, stop.
 
-Started by job_runtime.runner.Runner; called over HTTP by the operator (and by
+Started by job_runtime.run.runner.Runner; called over HTTP by the operator (and by
 tests). Standard library only: a ThreadingHTTPServer in a daemon thread that
 translates requests into calls on a `Controller` (the runner) and never
 touches Spark itself.
@@ -20,8 +20,8 @@ constant time; anything else gets 401):
                                      "path", "batchId", "stop", "error"}; 404 unknown id
     POST /stop                  202 {"state": "STOPPING"}: stop without savepoint, exit 11
 
-The confinement rule is job_runtime.savepoint_target's; the writer refuses a
-target holding anything but an incomplete savepoint of ours (job_runtime.savepoint).
+The confinement rule is job_runtime.savepoints.target's; the writer refuses a
+target holding anything but an incomplete savepoint of ours (job_runtime.savepoints).
 
 Held connections: a deadline per request and at most `max_connections` at once
 (streamjob_contract.httpserve, shared with the operator's health endpoints). Bodies are

@@ -1,6 +1,6 @@
 """Engine set-up: the Spark configuration every StreamJob runs with, and the session built from it.
 
-Called by job_runtime.runner before the query is built. `engine_conf` is pure
+Called by job_runtime.run.runner before the query is built. `engine_conf` is pure
 (settings in, confs out) so tests and the benchmark can read what the runtime
 sets; `build_session` is the I/O edge that starts (or joins) the JVM.
 
@@ -9,7 +9,7 @@ What is set and why:
   each batch uploads only a changelog (Flink's incremental checkpoints).
 - spark.sql.shuffle.partitions = state partitions. Spark pins it into the
   checkpoint's offset log on the first batch and ignores the conf afterwards;
-  job_runtime.pinning refuses a run whose request differs from the pin.
+  job_runtime.checkpoints.pinning refuses a run whose request differs from the pin.
 - A --conf that sets a key the runtime owns (streamjob_contract.sparkconf) is
   refused, whatever its value; the CRD refuses the same keys at apply time.
 - s3a: endpoint, region, path style; credentials only from the environment

@@ -1,8 +1,8 @@
 """Savepoints in the driver: the control endpoint's requests, stop-with-savepoint, and one taken while running.
 
-A mixin of job_runtime.runner.Runner, which owns the query and the state these
+A mixin of job_runtime.run.runner.Runner, which owns the query and the state these
 methods read and set (declared below for the type checker). Stop-with-savepoint:
-stop the query between batches (job_runtime.drain: the batch in flight finishes
+stop the query between batches (job_runtime.query.drain: the batch in flight finishes
 and commits, no new one starts; past a deadline the stop interrupts it, its
 offsets stay in the write-ahead log and the restore re-runs it), write the
 savepoint, exit STOPPED_FOR_SAVEPOINT. If the savepoint fails the query is
@@ -23,13 +23,13 @@ from datetime import datetime, timezone
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from job_runtime import drain
-from job_runtime.control import ControlError
+from job_runtime.query import drain
+from job_runtime.run.control import ControlError
 from streamjob_contract.exitcodes import ExitCode
 from streamjob_contract.jobdef import JobDefinition
-from job_runtime.query_errors import describe
+from job_runtime.query.errors import describe
 from streamjob_contract.s3 import S3Config
-from job_runtime.savepoint_target import SavepointPathError, confine
+from job_runtime.savepoints.target import SavepointPathError, confine
 from job_runtime.settings import RuntimeSettings
 from streamjob_contract.runtime_status import RunState, SavepointState
 
@@ -84,7 +84,7 @@ Command = StopCommand | SavepointCommand
 
 
 class SavepointOps:
-    """The savepoint half of the Runner (job_runtime.runner)."""
+    """The savepoint half of the Runner (job_runtime.run.runner)."""
 
     settings: RuntimeSettings
     job: JobDefinition
@@ -161,7 +161,7 @@ class SavepointOps:
         return ExitCode.STOPPED_FOR_SAVEPOINT
 
     def _stop_between_batches(self) -> str | None:
-        """Stop after the batch in flight, before the next (job_runtime.drain); the error the query
+        """Stop after the batch in flight, before the next (job_runtime.query.drain); the error the query
         had failed with, if it had. Past drain.drain_seconds() the stop interrupts the batch."""
         query, spark = self._query, self._spark
         assert query is not None and spark is not None
@@ -212,7 +212,7 @@ class SavepointOps:
         log.info("completed savepoint job=%s id=%s path=%s batchId=%d", self.settings.job_id, record.id, record.path, batch_id)
 
     def _write_savepoint(self, path: str) -> int:
-        from job_runtime.savepoint import write_savepoint
+        from job_runtime.savepoints import write_savepoint
 
         assert self._spark is not None
         started = time.monotonic()

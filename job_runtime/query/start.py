@@ -1,9 +1,9 @@
 """Turns a job definition into a started StreamingQuery.
 
-Called by job_runtime.runner at each start of the query (the first start, and
+Called by job_runtime.run.runner at each start of the query (the first start, and
 the restart after a stop-with-savepoint whose savepoint failed). Knows the two
 kinds of job: a Python entrypoint `package.module:function` and a declarative
-pipeline (job_runtime.pipeline).
+pipeline (job_runtime.query.pipeline).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from job_runtime.context import JobContext
 from streamjob_contract.jobdef import JobDefinition, JobDefinitionError
-from job_runtime.pipeline import _analysis_errors, _first_line, build_pipeline
+from job_runtime.query.pipeline import _analysis_errors, _first_line, build_pipeline
 from job_runtime.settings import RuntimeSettings
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def query_name(settings: RuntimeSettings) -> str:
 
 def start_query(spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings, once: bool = False) -> "StreamingQuery":
     """Build the job's query and start it with the runtime's checkpoint, trigger and name
-    (`once`: a one-batch trigger, for the batch a stop left planned; job_runtime.drain)."""
+    (`once`: a one-batch trigger, for the batch a stop left planned; job_runtime.query.drain)."""
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 

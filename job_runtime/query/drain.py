@@ -1,6 +1,6 @@
 """Stop for a savepoint between micro-batches: the batch in flight finishes, no new one starts.
 
-Called by job_runtime.runner for a stop-with-savepoint. Spark has no public
+Called by job_runtime.run.runner for a stop-with-savepoint. Spark has no public
 "stop after this batch": ``query.stop()`` interrupts the stream thread wherever
 it is, and a batch it interrupts stays planned (``offsets/N`` without
 ``commits/N``). A savepoint holding a planned batch restores fine (the batch
@@ -38,7 +38,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from streamjob_contract import checkpoint
-from job_runtime.pinning import latest_planned_batch
+from job_runtime.checkpoints.pinning import latest_planned_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

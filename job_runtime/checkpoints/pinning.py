@@ -1,6 +1,6 @@
 """The state-partition pin: refuse to run a checkpoint with a partition count other than its own.
 
-Called by job_runtime.runner before Spark starts. Spark writes
+Called by job_runtime.run.runner before Spark starts. Spark writes
 `spark.sql.shuffle.partitions` into every `offsets/N` and, on a restart,
 silently uses that pinned value whatever the session says; running with a
 different `--state-partitions` would therefore look like it worked while the

@@ -1,7 +1,7 @@
 """Storage hygiene, the work: prune old checkpoint run directories and abandoned savepoint directories.
 
-Called by job_runtime.runner, which starts one ``Janitor`` when the query first
-starts and stops it on exit; the rules are job_runtime.hygiene's. A pass runs
+Called by job_runtime.run.runner, which starts one ``Janitor`` when the query first
+starts and stops it on exit; the rules are job_runtime.checkpoints.hygiene's. A pass runs
 once this driver has committed a batch of its own, then every
 ``--hygiene-interval-seconds``. Every pruned directory is logged with its
 reason, and the totals are in the driver's ``GET /status`` (``storage``).
@@ -28,8 +28,8 @@ from functools import partial
 from datetime import datetime, timezone
 from typing import Any
 
-from job_runtime import hygiene
-from job_runtime.ownership import OWNER_FILE, CheckpointOwnedError, parse_owner
+from job_runtime.checkpoints import hygiene
+from job_runtime.checkpoints.ownership import OWNER_FILE, CheckpointOwnedError, parse_owner
 from streamjob_contract.s3 import Location, S3Config, Store, parse_location
 from streamjob_contract.savepoint_manifest import DELETING_MARKER, IN_PROGRESS_MARKER, MANIFEST_NAME
 from streamjob_contract.savepoints import delete_savepoint

@@ -1,6 +1,6 @@
 """The declarative pipeline: sources, event time, SQL transforms, a sink.
 
-Called by job_runtime.jobs (for `job.pipeline`) and by JobContext (for the
+Called by job_runtime.query.start (for `job.pipeline`) and by JobContext (for the
 sources and sink an entrypoint job declares). The I/O sits at the edges
 (`open_source`, `sink_writer`, `BatchDirectoryWriter`); the middle
 (`with_event_time`, `apply_transforms`) takes DataFrames and returns
@@ -22,7 +22,7 @@ from streamjob_contract.jobdef import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from job_runtime.kafka_sink import SinkIdentity
+    from job_runtime.kafka.sink import SinkIdentity
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 log = logging.getLogger("job_runtime.pipeline")
@@ -49,7 +49,7 @@ def open_source(spark: "SparkSession", source: Source, where: str) -> "DataFrame
     if source.kind == SourceKind.rate:
         return reader.format("rate").options(**source.options).load()
     if source.kind == SourceKind.kafka:
-        from job_runtime.session import class_available
+        from job_runtime.query.session import class_available
 
         if not class_available(spark, KAFKA_CONNECTOR):
             raise JobDefinitionError(
@@ -59,7 +59,7 @@ def open_source(spark: "SparkSession", source: Source, where: str) -> "DataFrame
             )
         options = dict(source.options)
         if source.sasl is not None:
-            from job_runtime import kafka_auth
+            from job_runtime.kafka import auth as kafka_auth
 
             role = f"source.{source.name}"
             kafka_auth.check(options.get("kafka.bootstrap.servers", ""), source.sasl, role, where)
@@ -161,15 +161,15 @@ def kafka_context(job: JobDefinition, error: str) -> str:
 def sink_writer(df: "DataFrame", sink: Sink, identity: "SinkIdentity | None" = None) -> "DataStreamWriter":
     """The DataStreamWriter for a declared sink, without checkpoint/trigger (the runtime adds those).
 
-    `identity` (job and checkpoint) names a kafka sink's transaction (job_runtime.kafka_sink)."""
+    `identity` (job and checkpoint) names a kafka sink's transaction (job_runtime.kafka.sink)."""
     if sink.kind == SinkKind.kafka:
-        from job_runtime.kafka_sink import kafka_writer
+        from job_runtime.kafka.sink import kafka_writer
 
         assert sink.kafka is not None  # the model's rule
         if identity is None:
             raise JobDefinitionError("sink.kafka: the Kafka sink needs the job's namespace, name and checkpoint")
         if sink.kafka.sasl is not None:
-            from job_runtime import kafka_auth
+            from job_runtime.kafka import auth as kafka_auth
 
             kafka_auth.check(sink.kafka.bootstrap_servers, sink.kafka.sasl, "sink", "sink.kafka")
         try:

@@ -1,6 +1,6 @@
 """Storage hygiene, the rules: which checkpoint run directories and savepoint directories may go.
 
-Pure: facts in, verdicts out, no I/O. ``job_runtime.janitor`` gathers the facts
+Pure: facts in, verdicts out, no I/O. ``job_runtime.checkpoints.janitor`` gathers the facts
 from the store, asks these functions, and deletes what they allow. The rules
 (docs/operations.md, "Storage hygiene"):
 

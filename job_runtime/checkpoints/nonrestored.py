@@ -1,6 +1,6 @@
 """allowNonRestoredState: what the runtime does when the query's stateful operators differ from the checkpoint's.
 
-Called by job_runtime.runner when the query fails while planning its first
+Called by job_runtime.run.runner when the query fails while planning its first
 batch with one of Spark's operator checks. `decide` is pure (Spark's error
 text in, a decision out); `drop_operator_state` is the I/O.
 

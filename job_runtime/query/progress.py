@@ -1,6 +1,6 @@
 """Status figures from a StreamingQuery's last progress report.
 
-Called by job_runtime.runner to answer GET /status. Pure: a progress dict (as
+Called by job_runtime.run.runner to answer GET /status. Pure: a progress dict (as
 Spark's `StreamingQueryProgress.json`) in, the status fields out (the payload's
 type is ``streamjob_contract.runtime_status.RuntimeStatus``).
 """

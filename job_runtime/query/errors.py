@@ -1,6 +1,6 @@
 """What a streaming query's error means and says: one readable line, and whether it is our own stop.
 
-Used by job_runtime.runner and job_runtime.runner_savepoints.
+Used by job_runtime.run.runner and job_runtime.run.savepoint_requests.
 """
 
 from __future__ import annotations

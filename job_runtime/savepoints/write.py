@@ -1,0 +1,165 @@
+"""Writing a savepoint: the consistent file set of a committed batch, copied, manifest last.
+
+Called by the runtime in the driver (stop-with-savepoint and savepoint-while-running,
+job_runtime.run.savepoint_requests) and by ``streamjob-savepoints create``
+(job_runtime.savepoints.cli), through the package's name (job_runtime.savepoints).
+The target is claimed with an in-progress marker before a byte is copied; a completed
+savepoint or a foreign file there is refused, nothing deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+from streamjob_contract import checkpoint as ckpt
+from streamjob_contract.s3 import S3Config, Store, StoredFile, parse_location
+from streamjob_contract.savepoint_manifest import (
+    IN_PROGRESS_MARKER,
+    MANIFEST_NAME,
+    CheckpointSourceError,
+    Manifest,
+    SavepointTargetNotEmptyError,
+    StatePartitionMismatchError,
+    build_manifest,
+)
+from streamjob_contract.savepoints import client_for
+from job_runtime.savepoints.transfer import Transfer
+
+log = logging.getLogger(__name__)
+
+
+def _without_inflight_ssts(src: Store, files: list[StoredFile]) -> list[StoredFile]:
+    """Drops RocksDB SST files no chosen snapshot zip uses (see checkpoint.drop_unreferenced_ssts)."""
+    referenced: dict[str, set[str] | None] = {}
+    for f in files:
+        head, _, name = f.path.rpartition("/")
+        if head.startswith("state/") and name.endswith(".zip") and name[:-4].split("_")[0].isdigit():
+            names = ckpt.sst_files_of_snapshot(src.read_bytes(f.path))
+            if names is None:
+                referenced[head] = None
+            elif referenced.get(head, set()) is not None:
+                referenced[head] = (referenced.get(head) or set()) | names
+    # a partition with SSTs but no chosen zip rebuilds its state from changelogs alone
+    for f in files:
+        head, sep, _ = f.path.rpartition("/SSTs/")
+        if sep and head.startswith("state/"):
+            referenced.setdefault(head, set())
+    return ckpt.drop_unreferenced_ssts(files, referenced)
+
+
+def write_savepoint(
+    checkpoint_location: str,
+    savepoint_uri: str,
+    *,
+    job_name: str,
+    job_namespace: str,
+    job_hash: str,
+    spark_version: str,
+    state_partitions: int | None = None,
+    batch_id: int | None = None,
+    watermark_ms: int | None = None,
+    s3_config: S3Config | None = None,
+    now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+) -> Manifest:
+    """Copies the consistent file set of a committed batch to ``savepoint_uri``, manifest last.
+
+    ``batch_id`` defaults to the latest completed batch; the query may keep running,
+    files of later batches are left out (``checkpoint.include_in_snapshot``).
+    ``state_partitions`` defaults to the count pinned in ``offsets/<batch_id>``; a
+    different explicit value is refused. ``watermark_ms`` defaults to the
+    ``nextBatchWatermarkMs`` in ``commits/<batch_id>``.
+
+    The target must be empty (it is claimed with ``IN_PROGRESS_MARKER`` before the
+    copy) or an incomplete savepoint of ours (the marker is there, no manifest): then
+    its stale files go after the copy. Anything else is refused with
+    ``SavepointTargetNotEmptyError`` and left as it was: a completed savepoint is never
+    overwritten, and files this module did not write are never deleted.
+    """
+    src_loc = parse_location(checkpoint_location)
+    dst_loc = parse_location(savepoint_uri)
+    config, client = client_for(src_loc, dst_loc, s3_config=s3_config)
+    src, dst = Store(src_loc, client), Store(dst_loc, client)
+
+    listing = [f for f in src.list() if not ckpt.is_hidden(f.path)]
+    if batch_id is None:
+        batch_id = ckpt.latest_committed(f.path for f in listing)
+        if batch_id is None:
+            raise CheckpointSourceError(checkpoint_location, "no committed batch in commits/: nothing to savepoint yet")
+    try:
+        files = ckpt.select_snapshot(listing, batch_id)
+    except ckpt.CheckpointError as exc:
+        raise CheckpointSourceError(checkpoint_location, str(exc)) from exc
+    files = _without_inflight_ssts(src, files)
+
+    try:
+        offsets = ckpt.parse_offset_log(
+            batch_id, src.read_bytes(f"offsets/{batch_id}").decode("utf-8", "replace"), f"offsets/{batch_id}"
+        )
+    except ckpt.CheckpointError as exc:
+        raise CheckpointSourceError(checkpoint_location, str(exc)) from exc
+    pinned = offsets.state_partitions
+    if state_partitions is not None and pinned is not None and state_partitions != pinned:
+        raise StatePartitionMismatchError(
+            savepoint_uri,
+            f"state partitions {state_partitions} asked, but the checkpoint {checkpoint_location} pins {pinned} "
+            f"(offsets/{batch_id} conf spark.sql.shuffle.partitions)",
+        )
+    partitions = state_partitions or pinned
+    if partitions is None:
+        raise CheckpointSourceError(
+            checkpoint_location, f"offsets/{batch_id} pins no spark.sql.shuffle.partitions and none was given"
+        )
+    if watermark_ms is None:
+        watermark_ms = ckpt.parse_commit_log(src.read_bytes(f"commits/{batch_id}").decode("utf-8", "replace"))
+
+    _claim_target(dst, savepoint_uri, job_namespace, job_name)
+    digests = Transfer(src, dst, config, client, "savepoint").run(files)
+    keep = {f.path for f in files} | {IN_PROGRESS_MARKER}
+    stale = [f.path for f in dst.list() if f.path not in keep]
+    if stale:
+        dst.delete(stale)
+    manifest = build_manifest(
+        job_name=job_name,
+        job_namespace=job_namespace,
+        job_hash=job_hash,
+        spark_version=spark_version,
+        state_partitions=partitions,
+        state_store_provider=offsets.state_store_provider,
+        batch_id=batch_id,
+        watermark_ms=watermark_ms,
+        created_at=now(),
+        source_checkpoint=checkpoint_location,
+        files=((f.path, f.size, digests[f.path]) for f in files),
+    )
+    dst.write_bytes(MANIFEST_NAME, manifest.to_json(), content_type="application/json")
+    dst.delete([IN_PROGRESS_MARKER])
+    log.info(
+        "Wrote savepoint uri=%s job=%s/%s batch_id=%d files=%d bytes=%d stale_removed=%d",
+        savepoint_uri, job_namespace, job_name, batch_id, len(files), manifest.total_bytes, len(stale),
+    )
+    return manifest
+
+
+def _claim_target(dst: Store, uri: str, job_namespace: str, job_name: str) -> None:
+    """Makes ``dst`` ours before a byte is copied, or refuses (``SavepointTargetNotEmptyError``)."""
+    if dst.exists(MANIFEST_NAME):
+        raise SavepointTargetNotEmptyError(
+            uri, f"holds a completed savepoint ({MANIFEST_NAME}): a savepoint is never overwritten; "
+            "delete it first or choose another path"
+        )
+    marker = json.dumps({"job": f"{job_namespace}/{job_name}", "started_at": datetime.now(timezone.utc).isoformat()}).encode()
+    if dst.exists(IN_PROGRESS_MARKER):
+        log.warning("Rewriting incomplete savepoint uri=%s", uri)
+        dst.write_bytes(IN_PROGRESS_MARKER, marker, content_type="application/json")
+        return
+    foreign = next(iter(dst.list()), None)
+    if foreign is not None:
+        raise SavepointTargetNotEmptyError(
+            uri, f"holds files that are not a savepoint in progress of ours (first: {foreign.path}): "
+            "refusing to write here; nothing was deleted"
+        )
+    if not dst.create_exclusive(IN_PROGRESS_MARKER, marker):
+        raise SavepointTargetNotEmptyError(uri, "another savepoint writer claimed this target at the same moment")
