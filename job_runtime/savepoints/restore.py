@@ -18,7 +18,7 @@ from streamjob_contract.savepoint_manifest import RESTORE_MARKER, Manifest, Rest
 from streamjob_contract.savepoints import check_listing, client_for, read_manifest, read_restore_marker
 from job_runtime.savepoints.transfer import Transfer
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("job_runtime.savepoint")  # the name the log lines had before the split
 
 
 def _spark_location(loc: Location) -> str:

@@ -28,7 +28,7 @@ from streamjob_contract.savepoint_manifest import (
 from streamjob_contract.savepoints import client_for
 from job_runtime.savepoints.transfer import Transfer
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("job_runtime.savepoint")  # the name the log lines had before the split
 
 
 def _without_inflight_ssts(src: Store, files: list[StoredFile]) -> list[StoredFile]:
