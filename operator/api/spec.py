@@ -35,7 +35,7 @@ MAX_SPARK_CONF = 256
 def owned_conf_rules() -> list[dict[str, Any]]:
     """CEL rules on spec, one per Spark conf the runtime owns, with the runtime's own words.
 
-    Built from streamjob_contract.sparkconf, the list job_runtime.session refuses, so
+    Built from streamjob_contract.sparkconf, the list job_runtime.query.session refuses, so
     `kubectl apply` refuses exactly what a driver would exit 12 on. They sit on
     spec rather than on the map so the field path reads
     `spec.sparkConf[spark.sql.shuffle.partitions]`.

@@ -244,7 +244,7 @@ def runtime_args(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout
     if spec.allow_non_restored_state:
         args.append("--allow-non-restored-state")
     if spec.savepoint is not None:
-        # the timeout lets the driver prune this job's abandoned savepoint directories (job_runtime.hygiene)
+        # the timeout lets the driver prune this job's abandoned savepoint directories (job_runtime.checkpoints.hygiene)
         args += ["--savepoint-location", spec.savepoint.location,
                  "--savepoint-timeout-seconds", str(spec.savepoint.timeout_seconds)]
     if spec.s3 is not None:

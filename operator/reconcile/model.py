@@ -51,7 +51,7 @@ class DriverPod:
 
 @dataclass(frozen=True)
 class StorageReport:
-    """The driver's storage hygiene since it started (/status ``storage``; job_runtime.janitor)."""
+    """The driver's storage hygiene since it started (/status ``storage``; job_runtime.checkpoints.janitor)."""
 
     passes: int = 0
     pruned_run_dirs: int = 0
