@@ -238,46 +238,43 @@ def jobs(kube_api: client.ApiClient, namespace: str) -> Jobs:
     return Jobs(kube_api, namespace)
 
 
-class DriverCounter:
-    """Watches driver pods and remembers the most that ever existed at once (the claim: never two).
+class ListThenWatch:
+    """Lists once, then watches from the last resourceVersion seen, in a thread of its own.
 
-    It lists once, then watches from the last resourceVersion it saw, so no deletion is missed (a watch
-    started "from now" every few seconds misses a pod deleted between two requests, and then counts the
-    next driver as a second one); it lists again only when the API server says that version is gone (410).
+    A watch started "from now" every few seconds misses what happened between two requests; this one
+    resumes where it left off and lists again only when the API server says that version is gone (410).
+    Subclasses say what to list and watch (``_list``, ``_watched``) and what to keep (``_listed``, ``_event``).
     """
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self.core = client.CoreV1Api(api)
-        self.namespace = namespace
-        self.alive: set[str] = set()
-        self.max_seen = 0
-        self.history: list[tuple[str, str]] = []
+    def __init__(self) -> None:
+        self.relists = -1
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _list(self) -> tuple[list[Any], str]:
+        raise NotImplementedError
+
+    def _watched(self) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        raise NotImplementedError
+
+    def _listed(self, items: list[Any]) -> None:
+        raise NotImplementedError
+
+    def _event(self, kind: str, obj: Any) -> str:
+        """Keeps one watch event; returns the object's resourceVersion."""
+        raise NotImplementedError
+
     def _run(self) -> None:
-        selector = "streamjob.io/role=driver"
         rv: str | None = None
         while not self._stop.is_set():
             try:
                 if rv is None:
-                    listing = self.core.list_namespaced_pod(self.namespace, label_selector=selector)
-                    self.alive = {p.metadata.name for p in listing.items}
-                    self.history.extend(("LISTED", name) for name in sorted(self.alive))
-                    self.max_seen = max(self.max_seen, len(self.alive))
-                    rv = listing.metadata.resource_version
-                w = watch.Watch()
-                for ev in w.stream(self.core.list_namespaced_pod, self.namespace, label_selector=selector,
-                                   resource_version=rv, timeout_seconds=5):
-                    obj = ev["object"]
-                    rv = obj.metadata.resource_version
-                    name = obj.metadata.name
-                    if ev["type"] == "DELETED":
-                        self.alive.discard(name)
-                    else:
-                        self.alive.add(name)
-                    self.history.append((ev["type"], name))
-                    self.max_seen = max(self.max_seen, len(self.alive))
+                    items, rv = self._list()
+                    self.relists += 1
+                    self._listed(items)
+                func, args, kwargs = self._watched()
+                for ev in watch.Watch().stream(func, *args, resource_version=rv, timeout_seconds=5, **kwargs):
+                    rv = self._event(ev["type"], ev["object"])
                     if self._stop.is_set():
                         break
             except ApiException as err:
@@ -288,34 +285,74 @@ class DriverCounter:
             except Exception:
                 time.sleep(0.5)
 
-    def __enter__(self) -> DriverCounter:
+    def start(self) -> None:
         self._thread.start()
-        return self
 
-    def __exit__(self, *_: object) -> None:
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
 
 
-class JobWatch:
+class DriverCounter(ListThenWatch):
+    """Watches driver pods and remembers the most that ever existed at once (the claim: never two);
+    no deletion is missed (ListThenWatch), so the next driver is never counted as a second one."""
+
+    SELECTOR = "streamjob.io/role=driver"
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        super().__init__()
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.alive: set[str] = set()
+        self.max_seen = 0
+        self.history: list[tuple[str, str]] = []
+
+    def _list(self) -> tuple[list[Any], str]:
+        listing = self.core.list_namespaced_pod(self.namespace, label_selector=self.SELECTOR)
+        return list(listing.items), listing.metadata.resource_version
+
+    def _watched(self) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        return self.core.list_namespaced_pod, (self.namespace,), {"label_selector": self.SELECTOR}
+
+    def _listed(self, items: list[Any]) -> None:
+        self.alive = {p.metadata.name for p in items}
+        self.history.extend(("LISTED", name) for name in sorted(self.alive))
+        self.max_seen = max(self.max_seen, len(self.alive))
+
+    def _event(self, kind: str, obj: Any) -> str:
+        name = obj.metadata.name
+        if kind == "DELETED":
+            self.alive.discard(name)
+        else:
+            self.alive.add(name)
+        self.history.append((kind, name))
+        self.max_seen = max(self.max_seen, len(self.alive))
+        return str(obj.metadata.resource_version)
+
+    def __enter__(self) -> DriverCounter:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+class JobWatch(ListThenWatch):
     """Records every version of the StreamJobs of one namespace that the API server stored, in order.
 
     A poll sees a state only when it happens to land inside it, and a transient state (Deploying, an
     operation's phase) can be over between two polls. The operator writes each state to status before it
     acts on it (the write-ahead log), so each one is a stored version, and a watch is sent every stored
-    version: what is recorded here is the job's whole history. Lists once, then watches from the last
-    resourceVersion seen (like DriverCounter); it lists again only on 410, and counts that in ``relists``
-    (versions between the two may be missing then).
+    version: what is recorded here is the job's whole history (ListThenWatch; after a relist, counted in
+    ``relists``, versions between the two may be missing).
     """
 
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        super().__init__()
         self.custom = client.CustomObjectsApi(api)
         self.namespace = namespace
-        self.relists = -1
         self._versions: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _record(self, obj: dict[str, Any]) -> None:
         with self._lock:
@@ -324,32 +361,21 @@ class JobWatch:
             if not any((v["metadata"]["name"], v["metadata"].get("resourceVersion")) == key for v in self._versions[-50:]):
                 self._versions.append(json.loads(json.dumps(obj)))
 
-    def _run(self) -> None:
-        rv: str | None = None
-        list_objects = self.custom.list_namespaced_custom_object
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    listing = list_objects(API_GROUP, API_VERSION, self.namespace, PLURAL)
-                    self.relists += 1
-                    for obj in listing.get("items", []):
-                        self._record(obj)
-                    rv = listing["metadata"]["resourceVersion"]
-                for ev in watch.Watch().stream(list_objects, API_GROUP, API_VERSION, self.namespace, PLURAL,
-                                               resource_version=rv, timeout_seconds=5):
-                    obj = ev["object"]
-                    rv = obj["metadata"]["resourceVersion"]
-                    if ev["type"] in ("ADDED", "MODIFIED"):
-                        self._record(obj)
-                    if self._stop.is_set():
-                        break
-            except ApiException as err:
-                if err.status == 410:
-                    rv = None  # too old: list again
-                else:
-                    time.sleep(0.5)
-            except Exception:
-                time.sleep(0.5)
+    def _list(self) -> tuple[list[Any], str]:
+        listing = self.custom.list_namespaced_custom_object(API_GROUP, API_VERSION, self.namespace, PLURAL)
+        return list(listing.get("items", [])), listing["metadata"]["resourceVersion"]
+
+    def _watched(self) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        return self.custom.list_namespaced_custom_object, (API_GROUP, API_VERSION, self.namespace, PLURAL), {}
+
+    def _listed(self, items: list[Any]) -> None:
+        for obj in items:
+            self._record(obj)
+
+    def _event(self, kind: str, obj: Any) -> str:
+        if kind in ("ADDED", "MODIFIED"):
+            self._record(obj)
+        return str(obj["metadata"]["resourceVersion"])
 
     def versions(self, name: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -376,13 +402,12 @@ class JobWatch:
             raise AssertionError(f"{err}\ntransitions: {self.transitions(name)}; relists: {self.relists}") from None
 
     def __enter__(self) -> JobWatch:
-        self._thread.start()
+        self.start()
         wait_for(lambda: self.relists >= 0, 30, f"the watch of StreamJobs in {self.namespace} to list")
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
+        self.stop()
 
 
 @pytest.fixture
