@@ -113,3 +113,8 @@ def runtime_image() -> str:
 
 def operator_image() -> str:
     return f"{OPERATOR_REPOSITORY}:{version()}"
+
+
+def push_archive(name: str, archive: Path) -> None:
+    """Writes a built image as an OCI archive (for containerd's import: testbed.node), named ``name`` inside."""
+    _buildah("push", "--quiet", name, f"oci-archive:{archive}:{name}", timeout=900)
