@@ -177,7 +177,9 @@ class TestBed:
             self.node.start(api_url=self.api_url, certs=certs, pki_dir=self.run_dir / "pki",
                             admin_kubeconfig=self.kubeconfig, deadline=deadline)
             assert self.node.kubelet is not None
+            deadline = max(deadline, time.monotonic() + 120)  # the node's first image imports take minutes
             self._wait_cluster_ready(self.node.kubelet, kcm, deadline)
+            self.node.wait_ready(max(10.0, deadline - time.monotonic()))
             self.node.timings["ready"] = time.monotonic() - started
             log.info("Real node ready timings=%s", {k: round(v, 1) for k, v in self.node.timings.items()})
         else:

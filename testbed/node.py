@@ -41,11 +41,13 @@ import fcntl
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +154,7 @@ def _sweep_iptables() -> list[str]:
             # rules in other chains (built-in ones included) that jump to ours
             listing = _run([binary, "-w", "5", "-t", table, "-S"], check=False).stdout.splitlines()
             for line in listing:
-                parts = line.split()
+                parts = shlex.split(line)  # comments are quoted
                 if parts[:1] == ["-A"] and parts[1] not in chains and "-j" in parts:
                     target = parts[parts.index("-j") + 1]
                     if target.startswith(CHAIN_PREFIXES):
@@ -163,6 +165,24 @@ def _sweep_iptables() -> list[str]:
                 _run([binary, "-w", "5", "-t", table, "-X", chain], check=False)
             removed += [f"{binary}/{table}/{c}" for c in chains]
     return removed
+
+
+def nft_tables() -> list[tuple[str, str]]:
+    """(family, name) of every nftables table; empty without the nft tool."""
+    if not shutil.which("nft"):
+        return []
+    out = _run(["nft", "list", "tables"], check=False).stdout
+    return [(p[1], p[2]) for p in (line.split() for line in out.splitlines()) if len(p) == 3 and p[0] == "table"]
+
+
+def nft_table_is_empty(family: str, table: str) -> bool:
+    """No rule in any chain of the table (its base chains may remain)."""
+    out = _run(["nft", "-j", "list", "table", family, table], check=False).stdout
+    try:
+        items = json.loads(out)["nftables"]
+    except (ValueError, KeyError):
+        return False
+    return not any("rule" in item or "set" in item or "map" in item for item in items)
 
 
 def _argv_mentions(pid: int, roots: Iterable[str]) -> bool:
@@ -244,6 +264,8 @@ class RealNode:
         self.state_file = home / "host-state.json"
         self.processes: list[ManagedProcess] = []
         self.kubelet: ManagedProcess | None = None
+        self.kube_proxy: ManagedProcess | None = None
+        self._kube_proxy_healthz = 0
         self.timings: dict[str, float] = {}
         self._lock_fd: int | None = None
         self._bins: Path | None = None
@@ -297,6 +319,8 @@ class RealNode:
         state: dict[str, Any] = {
             "sysctls": {name: _read_sysctl(name) for name in ("net.ipv4.ip_forward", "net.bridge.bridge-nf-call-iptables")},
             "created_dirs": [str(d) for d in HOST_DIRS_MAYBE_CREATED if not d.exists()],
+            # iptables-nft creates a table on first use; an empty one we created goes at the end
+            "nft_tables": nft_tables(),
         }
         self.home.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps(state, indent=2))
@@ -403,6 +427,11 @@ class RealNode:
                         path.rmdir()
                 elif path.exists():
                     shutil.rmtree(path, ignore_errors=True)
+            before = {tuple(t) for t in state.get("nft_tables") or []}
+            for family, table in nft_tables():
+                if (family, table) not in before and nft_table_is_empty(family, table):
+                    _run(["nft", "delete", "table", family, table], check=False)
+                    found.append(f"empty nft table {family} {table}")
         # 8. the node's own folder
         if self.home.exists():
             found.append(f"folder {self.home}")
@@ -420,20 +449,27 @@ class RealNode:
         self._install_rbac(admin_kubeconfig)
 
         t = time.monotonic()
-        containerd = self._start_containerd(deadline)
+        self._start_containerd(deadline)
         self._forget_containers()
         self.timings["containerd"] = time.monotonic() - t
         t = time.monotonic()
         self.imported = self.import_images()
         self.timings["images"] = time.monotonic() - t
 
+        # a first import of the runtime image takes minutes: the daemons get their own time
         t = time.monotonic()
+        deadline = max(deadline, t + 120)
         self._start_coredns(kubeconfigs["coredns"], deadline)
         self._start_scheduler(kubeconfigs["scheduler"], deadline)
-        self._start_kube_proxy(kubeconfigs["proxy"], deadline)
         self.kubelet = self._start_kubelet(kubeconfigs["kubelet"], certs)
+        # kube-proxy waits for its Node (the kubelet registers it) before it serves /healthz
+        self.kube_proxy = self._start_kube_proxy(kubeconfigs["proxy"])
         self.timings["daemons"] = time.monotonic() - t
-        del containerd
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        """After the Node is Ready: kube-proxy has synced its rules once."""
+        assert self.kube_proxy is not None
+        self.kube_proxy.wait_ready(self._kube_proxy_healthy, timeout, "serving /healthz (rules synced)")
 
     def _kubeconfigs(self, api_url: str, certs: pki_mod.Pki, pki_dir: Path) -> dict[str, Path]:
         users = {
@@ -529,7 +565,6 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.tracing.processor
     restrict_oom_score_adj = {oom}
     netns_mounts_under_state_dir = true
     cdi_spec_dirs = []
-    enable_cdi = false
     [plugins.'io.containerd.cri.v1.runtime'.containerd]
       default_runtime_name = 'runc'
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
@@ -623,6 +658,7 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.tracing.processor
         stamps = self.containerd_root.parent / "imported"
         stamps.mkdir(parents=True, exist_ok=True)
         present = self.image_names()
+        log.info("Images in containerd images=%s", sorted(present))
         imported = []
 
         def needed(name: str, identity: str) -> bool:
@@ -690,7 +726,6 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.tracing.processor
 }}
 """)
         proc = self._spawn("coredns", [self._bin("coredns"), "-conf", str(corefile)])
-        import urllib.request
 
         def ready() -> bool:
             with urllib.request.urlopen(f"http://127.0.0.1:{ready_port}/ready", timeout=2) as response:
@@ -715,10 +750,9 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.tracing.processor
         proc.wait_ready(lambda: https_status(f"https://127.0.0.1:{port}/healthz") == 200,
                         max(5.0, deadline - time.monotonic()), "healthy (/healthz)")
 
-    def _start_kube_proxy(self, kubeconfig: Path, deadline: float) -> None:
-        import urllib.request
-
+    def _start_kube_proxy(self, kubeconfig: Path) -> ManagedProcess:
         healthz, metrics = free_port(), free_port()
+        self._kube_proxy_healthz = healthz
         config = {
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
             "kind": "KubeProxyConfiguration",
@@ -739,18 +773,11 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.tracing.processor
         }
         path = self.config_dir / "kube-proxy.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
-        proc = self._spawn("kube-proxy", [self._bin("kube-proxy"), f"--config={path}", "--v=1"])
+        return self._spawn("kube-proxy", [self._bin("kube-proxy"), f"--config={path}", "--v=1"])
 
-        def healthy() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{healthz}/healthz", timeout=2) as response:
-                    return response.status == 200
-            except urllib.error.HTTPError as exc:  # 503 until the first sync after the node exists
-                return exc.code == 503 and "lastUpdated" in exc.read().decode(errors="replace")
-
-        import urllib.error
-
-        proc.wait_ready(healthy, max(5.0, deadline - time.monotonic()), "serving /healthz")
+    def _kube_proxy_healthy(self) -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self._kube_proxy_healthz}/healthz", timeout=2) as response:
+            return bool(response.status == 200)
 
     def _oom_score_adj(self) -> int:
         """-999 as usual, or this process's own value when it may not lower it (no CAP_SYS_RESOURCE)."""
@@ -851,8 +878,3 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.tracing.processor
         self.timings["stop"] = time.monotonic() - started
         log.info("Stopped the real node seconds=%.1f", self.timings["stop"])
 
-
-def wait_pods_gone(list_pods: Callable[[], list[Any]], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while list_pods() and time.monotonic() < deadline:
-        time.sleep(0.5)
