@@ -853,6 +853,11 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.tracing.processor
             "--v=1",
         ], env=env)
 
+    @property
+    def running(self) -> bool:
+        """Claimed and not stopped yet."""
+        return self._lock_fd is not None
+
     # --- stop ---------------------------------------------------------------------------
     def stop(self) -> None:
         """Stops the daemons, lets containerd forget its containers, then sweeps; releases the lock."""

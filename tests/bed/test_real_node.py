@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -33,13 +34,16 @@ POD_TIMEOUT = 120
 
 
 @pytest.fixture(scope="module")
-def real_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBed]:
+def real_bed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[TestBed]:
     bed = TestBed(tmp_path_factory.mktemp("real-node"), node="real")
     started = time.monotonic()
     bed.start()
     print(f"real node test bed started in {time.monotonic() - started:.1f}s; node timings {bed.node.timings if bed.node else {}}")
     yield bed
-    bed.stop(keep=False)
+    keep = request.session.testsfailed > 0 or os.environ.get("STREAMJOB_KEEP_TESTBED") == "1"
+    bed.stop(keep=keep)
+    if keep:
+        print(f"real node test bed logs kept in {bed.log_dir}")
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +52,21 @@ def core(real_bed: TestBed) -> Iterator[client.CoreV1Api]:
         yield client.CoreV1Api(api)
 
 
-@pytest.fixture
-def ns(core: client.CoreV1Api) -> Iterator[str]:
+def new_namespace(core: client.CoreV1Api) -> str:
     name = f"real-{uuid.uuid4().hex[:6]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     wait_for(lambda: core.read_namespaced_service_account("default", name), 30, f"default ServiceAccount in {name}")
+    return name
+
+
+@pytest.fixture
+def ns(core: client.CoreV1Api, real_bed: TestBed) -> Iterator[str]:
+    name = new_namespace(core)
     yield name
-    core.delete_namespace(name, grace_period_seconds=0)
+    # Only while the node runs: once it is gone, 10.244.0.1 is no address of this machine
+    # and a client's connection would follow the default route off it.
+    if real_bed.node is not None and real_bed.node.running:
+        core.delete_namespace(name, grace_period_seconds=0)
 
 
 def busybox(real_bed: TestBed) -> str:
@@ -76,6 +88,11 @@ def pod(name: str, image: str, command: list[str], *, restart: str = "Never", la
             )],
         ),
     )
+
+
+def pod_log(core: client.CoreV1Api, ns: str, name: str) -> str:
+    # without _preload_content=False the client returns str(bytes)
+    return str(core.read_namespaced_pod_log(name, ns, _preload_content=False).data.decode(errors="replace"))
 
 
 def finished(core: client.CoreV1Api, ns: str, name: str, timeout: float = POD_TIMEOUT) -> client.V1ContainerStateTerminated:
@@ -112,7 +129,7 @@ def test_node_is_ready_with_containerd_and_the_bridge_address(core: client.CoreV
 
     assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
     assert node.status.node_info.kubelet_version == locate.K8S_VERSION
-    assert node.status.node_info.container_runtime_version == f"containerd://{locate.node_pin('CONTAINERD_VERSION')}"
+    assert node.status.node_info.container_runtime_version == f"containerd://{locate.node_pin('CONTAINERD_VERSION').lstrip('v')}"
     assert {"type": "InternalIP", "address": BRIDGE_IP} in [a.to_dict() for a in node.status.addresses]
     assert real_bed.api_url.startswith(f"https://{BRIDGE_IP}:")
 
@@ -124,9 +141,9 @@ def test_runtime_image_pod_runs_a_command_and_its_log_is_read_through_the_api(co
 
     terminated = finished(core, ns, "runtime", timeout=180)
 
-    assert terminated.exit_code == 0, core.read_namespaced_pod_log("runtime", ns)
-    assert "runtime 4." in core.read_namespaced_pod_log("runtime", ns)
-    assert core.read_namespaced_pod_log("runtime", ns).strip().endswith(" runtime")  # hostname = pod name
+    assert terminated.exit_code == 0, pod_log(core, ns, "runtime")
+    assert "runtime 4." in pod_log(core, ns, "runtime")
+    assert pod_log(core, ns, "runtime").strip().endswith(" runtime")  # hostname = pod name
 
 
 def test_pod_reaches_another_pod_through_a_service_name(core: client.CoreV1Api, real_bed: TestBed, ns: str) -> None:
@@ -136,19 +153,20 @@ def test_pod_reaches_another_pod_through_a_service_name(core: client.CoreV1Api, 
         metadata=client.V1ObjectMeta(name="web"),
         spec=client.V1ServiceSpec(selector={"app": "web"}, ports=[client.V1ServicePort(port=80, target_port=8080)]),
     ))
+    # (busybox 1.35's wget -T crashes with SIGSEGV: timeout(1) bounds it instead)
     # the short name goes through the pod's search domains, the long one straight to CoreDNS;
     # both resolve to the ClusterIP, which only kube-proxy's rules lead to the pod
     script = textwrap.dedent(f"""
         set -e
-        for i in $(seq 1 30); do wget -q -T 2 -O /tmp/short http://web/ && break; sleep 1; done
-        wget -q -T 5 -O /tmp/long http://web.{ns}.svc.cluster.local/
+        for i in $(seq 1 30); do timeout 5 wget -q -O /tmp/short http://web/ && break; sleep 1; done
+        timeout 10 wget -q -O /tmp/long http://web.{ns}.svc.cluster.local/
         nslookup web.{ns}.svc.cluster.local {BRIDGE_IP} | tail -n 3
         cat /tmp/short /tmp/long
     """)
     core.create_namespaced_pod(ns, pod("client", image, ["sh", "-c", script]))
 
     terminated = finished(core, ns, "client")
-    out = core.read_namespaced_pod_log("client", ns)
+    out = pod_log(core, ns, "client")
 
     assert terminated.exit_code == 0, out
     assert out.count("hello-through-the-service") == 2, out
@@ -209,9 +227,10 @@ def node_traces(node: RealNode) -> list[str]:
     return traces
 
 
-def test_teardown_leaves_no_bridge_chain_mount_cgroup_or_folder(core: client.CoreV1Api, real_bed: TestBed, ns: str) -> None:
+def test_teardown_leaves_no_bridge_chain_mount_cgroup_or_folder(core: client.CoreV1Api, real_bed: TestBed) -> None:
     assert real_bed.node is not None
     node = real_bed.node
+    ns = new_namespace(core)
     # something to tear down: a running pod, with its sandbox, netns, mounts and cgroups
     web_server(core, ns, busybox(real_bed), "web", "to-be-torn-down")
     forward_before = json.loads(node.state_file.read_text())["sysctls"]["net.ipv4.ip_forward"]
@@ -249,17 +268,20 @@ time.sleep(3600)
 
 def test_a_start_after_a_crash_sweeps_what_the_crashed_node_left(real_bed: TestBed, tmp_path: Path) -> None:
     # runs after the teardown test: the module's test bed is stopped
-    assert real_bed.node is not None and real_bed.node._lock_fd is None
+    assert real_bed.node is not None and not real_bed.node.running
     crashed = subprocess.Popen([sys.executable, "-c", CRASHING_BED, str(tmp_path / "crashed")], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert crashed.stdout is not None
-        lines = []
+        lines: list[str] = []
         deadline = time.monotonic() + 300
-        for line in crashed.stdout:
-            lines.append(line)
-            if line.startswith("READY") or time.monotonic() > deadline:
-                break
+        while time.monotonic() < deadline and not (lines and lines[-1].startswith("READY")):
+            ready, _, _ = select.select([crashed.stdout], [], [], 5)
+            if ready:
+                line = crashed.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
         assert lines and lines[-1].startswith("READY"), "".join(lines[-40:])
     finally:
         os.killpg(crashed.pid, signal.SIGKILL)  # the test bed process and what dies with it; not the shims or pods
