@@ -117,4 +117,5 @@ def operator_image() -> str:
 
 def push_archive(name: str, archive: Path) -> None:
     """Writes a built image as an OCI archive (for containerd's import: testbed.node), named ``name`` inside."""
-    _buildah("push", "--quiet", name, f"oci-archive:{archive}:{name}", timeout=900)
+    # uncompressed: gzip is most of the export and of the import time, and the archive is deleted at once
+    _buildah("push", "--quiet", "--disable-compression", name, f"oci-archive:{archive}:{name}", timeout=900)
