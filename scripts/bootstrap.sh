@@ -5,6 +5,8 @@
 #   - the test bed's Go binaries (kube-apiserver, kube-controller-manager,
 #     kubectl, etcd, versitygw, helm), built from their official Go modules,
 #   - the GitOps consumers the tests use (gopher-lua health runner, kstatus),
+#   - the real node's binaries (containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS,
+#     CNI plugins, pause; runc from Debian) and its pause and busybox images,
 #   - the Maven jars Spark needs for s3a:// (hadoop-aws + AWS SDK bundle) and
 #     for Kafka (Spark's connector, testbed/build/kafka-jars.txt),
 #   - the Apache Kafka broker jars the test bed runs (kafka_2.13 + dependencies),
@@ -81,6 +83,12 @@ PROMETHEUS_BIN_DIR=$(bash "$ROOT/testbed/build/build-prometheus.sh")
 # 4b. GitOps consumers (gopher-lua health runner, kstatus) for tests/gitops
 GITOPS_BIN_DIR=$(bash "$ROOT/testbed/build/build-gitops-tools.sh")
 
+# 4c. the real node (testbed/node.py): containerd, ctr and its runc shim, kubelet,
+#     kube-scheduler, kube-proxy, CoreDNS, the CNI plugins, pause, and the pause and
+#     busybox images; runc is Debian's package (apt-get install runc when missing)
+command -v runc >/dev/null 2>&1 || say "runc is missing: build-node.sh installs Debian's runc package with apt-get"
+NODE_BIN_DIR=$(bash "$ROOT/testbed/build/build-node.sh")
+
 # 5. the Kafka broker (KRaft) the test bed runs
 KAFKA_DIR=$(bash "$ROOT/testbed/build/fetch-kafka.sh")
 
@@ -101,6 +109,7 @@ export STREAMJOB_PROMETHEUS_BIN_DIR="$PROMETHEUS_BIN_DIR"
 export STREAMJOB_JARS_DIR="$JARS_DIR"
 export STREAMJOB_KAFKA_DIR="$KAFKA_DIR"
 export STREAMJOB_GITOPS_BIN_DIR="$GITOPS_BIN_DIR"
+export STREAMJOB_NODE_BIN_DIR="$NODE_BIN_DIR"
 export STREAMJOB_IMAGES_DIR="$IMAGES_DIR"
 export PATH="$BIN_DIR:$GITOPS_BIN_DIR:$PROMETHEUS_BIN_DIR:$VENV/bin:\$PATH"
 ENV

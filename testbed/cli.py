@@ -3,7 +3,7 @@
 Called from the console (the README's run command) through the
 ``streamjob-testbed`` console script.
 
-    streamjob-testbed up [--apply FILE_OR_DIR ...] [--foreground]
+    streamjob-testbed up [--apply FILE_OR_DIR ...] [--foreground] [--real-node]
     streamjob-testbed status
     streamjob-testbed down
 
@@ -134,7 +134,8 @@ def run_foreground(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    bed = TestBed(run_dir, s3_port=DEV_S3_PORT, kafka=args.kafka, kafka_port=DEV_KAFKA_PORT, kafka_topics=DEV_KAFKA_TOPICS)
+    bed = TestBed(run_dir, s3_port=DEV_S3_PORT, kafka=args.kafka, kafka_port=DEV_KAFKA_PORT, kafka_topics=DEV_KAFKA_TOPICS,
+                  node="real" if args.real_node else "process")
     try:
         bed.start()
         kubeconfig = root / "kubeconfig"
@@ -187,6 +188,8 @@ def run_background(args: argparse.Namespace, timeout: float = 300.0) -> int:
         argv.append("--operator")
     if args.kafka:
         argv.append("--kafka")
+    if args.real_node:
+        argv.append("--real-node")
     for path in args.apply or []:
         argv += ["--apply", str(Path(path).resolve())]
     log_path = root / "up.log"
@@ -245,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="install the operator with its Helm chart (CRDs included) before applying manifests")
     up.add_argument("--kafka", action="store_true",
                     help=f"also start a Kafka broker (KRaft) on 127.0.0.1:{DEV_KAFKA_PORT} with the topics {', '.join(DEV_KAFKA_TOPICS)}")
+    up.add_argument("--real-node", action="store_true",
+                    help="run a real node (containerd, kubelet, kube-proxy, scheduler, CoreDNS on a bridge inside this "
+                         "machine: docs/testbed.md) instead of the process kubelet")
     up.add_argument("manifests", nargs="*", help="more manifests to apply, after --apply ones (lets a shell glob follow --apply)")
     sub.add_parser("down", help="stop a test bed started with up")
     sub.add_parser("status", help="print the running test bed's endpoints")

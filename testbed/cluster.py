@@ -3,8 +3,10 @@
 Called by ``tests/conftest.py`` (one test bed per pytest session) and by
 ``testbed.cli`` (``streamjob-testbed up``). Components, in start order: etcd,
 kube-apiserver (RBAC on), kube-controller-manager, versitygw (S3), Kafka
-(KRaft, when asked for), the process kubelet. Everything lives in one run directory (certs, kubeconfigs, data,
-logs), kept when something fails.
+(KRaft, when asked for), then the node: the process kubelet (``testbed/kubelet/``) by default, or with
+``node="real"`` a real one (``testbed.node``: containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS on
+a bridge inside this machine; the API server then binds to the bridge's address, where pods reach it).
+Everything lives in one run directory (certs, kubeconfigs, data, logs), kept when something fails.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from testbed import kubeconfig as kubeconfig_file
 from testbed import locate, pki, rbac, spark
 from testbed.kafka import KafkaBroker, start_kafka
 from testbed.control_plane import start_apiserver, start_controller_manager, start_etcd
+from testbed.node import BRIDGE_IP, NodeError, RealNode
 from testbed.proc import ComponentError, ManagedProcess, tail
 from testbed.s3 import S3Credentials, start_s3
 from testbed.s3 import client as s3_client
@@ -34,6 +37,7 @@ from testbed.s3 import client as s3_client
 log = logging.getLogger(__name__)
 
 NODE_NAME = "testbed-node"
+NODE_KINDS = ("process", "real")
 DEFAULT_BUCKETS = ("streamjob",)
 
 
@@ -58,7 +62,12 @@ class TestBed:
         kafka: bool = False,
         kafka_port: int | None = None,
         kafka_topics: tuple[str, ...] = (),
+        node: str = "process",
     ) -> None:
+        if node not in NODE_KINDS:
+            raise ValueError(f"node must be one of {NODE_KINDS}, not {node!r}")
+        self.node_kind = node
+        self.node: RealNode | None = None
         self.s3_port = s3_port
         self.with_kafka = kafka
         self.kafka_port = kafka_port
@@ -95,7 +104,7 @@ class TestBed:
             self._start_all(timeout)
         except BaseException as exc:
             self.stop(keep=True)
-            if isinstance(exc, (ComponentError, locate.MissingToolError)):
+            if isinstance(exc, (ComponentError, locate.MissingToolError, NodeError)):
                 raise TestBedError(f"{exc}\n(test bed logs kept in {self.log_dir})") from exc
             raise
         log.info("Started test bed run_dir=%s seconds=%.1f", self.run_dir, time.monotonic() - started)
@@ -105,7 +114,13 @@ class TestBed:
         deadline = time.monotonic() + timeout
         bins = locate.bin_dir()
         self.jars_dir = locate.jars_dir()
-        certs = pki.generate(self.run_dir / "pki", node_name=self.node_name)
+        real = self.node_kind == "real"
+        if real:
+            # first: the machine's node lock (a second test bed stops here, having changed
+            # nothing), the sweep of a crashed run's leftovers, the bridge the API server binds to
+            self.node = RealNode(self.log_dir, self.node_name)
+            self.node.claim()
+        certs = pki.generate(self.run_dir / "pki", node_name=self.node_name, extra_sans=(BRIDGE_IP,) if real else ())
 
         etcd = start_etcd(bins / "etcd", self.run_dir / "etcd", self.log_dir / "etcd.log")
         self._processes.append(etcd.process)
@@ -117,6 +132,7 @@ class TestBed:
             work_dir=self.run_dir / "apiserver",
             log_path=self.log_dir / "kube-apiserver.log",
             audit_log=self.audit_log,
+            bind_address=BRIDGE_IP if real else "127.0.0.1",
         )
         self._processes.append(apiserver.process)
         self.api_url = apiserver.url
@@ -141,8 +157,9 @@ class TestBed:
         )
         self._processes.append(kcm)
 
-        with self.api_client() as api:
-            rbac.install(api, self.node_name)
+        if not real:
+            with self.api_client() as api:
+                rbac.install(api, self.node_name)
 
         s3 = start_s3(bins / "versitygw", data_dir=self.run_dir / "s3", log_path=self.log_dir / "s3.log", buckets=self.buckets,
                       preferred_port=self.s3_port)
@@ -155,9 +172,20 @@ class TestBed:
             for topic in self.kafka_topics:
                 self.kafka.create_topic(topic)
 
-        kubelet = self._start_kubelet(kubelet_config, certs)
-        self._processes.append(kubelet)
-        self._wait_cluster_ready(kubelet, kcm, deadline)
+        if self.node is not None:
+            started = time.monotonic()
+            self.node.start(api_url=self.api_url, certs=certs, pki_dir=self.run_dir / "pki",
+                            admin_kubeconfig=self.kubeconfig, deadline=deadline)
+            assert self.node.kubelet is not None
+            deadline = max(deadline, time.monotonic() + 120)  # the node's first image imports take minutes
+            self._wait_cluster_ready(self.node.kubelet, kcm, deadline)
+            self.node.wait_ready(max(10.0, deadline - time.monotonic()))
+            self.node.timings["ready"] = time.monotonic() - started
+            log.info("Real node ready timings=%s", {k: round(v, 1) for k, v in self.node.timings.items()})
+        else:
+            kubelet = self._start_kubelet(kubelet_config, certs)
+            self._processes.append(kubelet)
+            self._wait_cluster_ready(kubelet, kcm, deadline)
         self._write_info()
 
     def _start_kubelet(self, kubelet_config: Path, certs: pki.Pki) -> ManagedProcess:
@@ -224,13 +252,21 @@ class TestBed:
             "run_dir": str(self.run_dir),
             "log_dir": str(self.log_dir),
             "audit_log": str(self.audit_log),
-            "pod_logs_dir": str(self.kubelet_dir / "logs"),
+            "pod_logs_dir": str(self.node.pod_logs_dir if self.node else self.kubelet_dir / "logs"),
             "node_name": self.node_name,
-            "pids": {p.name: p.pid for p in self._processes},
+            "node": self.node_kind,
+            "pids": {p.name: p.pid for p in self._processes + (self.node.processes if self.node else [])},
         }
 
     def stop(self, keep: bool = False) -> None:
-        """Stops every component, the kubelet (and so every pod) first; removes the run dir unless ``keep``."""
+        """Stops every component, the kubelet (and so every pod) first; removes the run dir unless ``keep``.
+
+        A real node is stopped first and swept: its pods, mounts, bridge, chains and cgroups go."""
+        if self.node is not None:
+            try:
+                self.node.stop()
+            except Exception as exc:
+                log.warning("Failed to stop the real node error=%s", exc)
         for proc in reversed(self._processes):
             try:
                 proc.stop(timeout=30 if proc.name == "kubelet" else 10)

@@ -97,9 +97,13 @@ def start_etcd(binary: Path, data_dir: Path, log_path: Path, timeout: float = 60
 
 
 def start_apiserver(
-    binary: Path, *, etcd_url: str, pki: Pki, work_dir: Path, log_path: Path, audit_log: Path, timeout: float = 120.0
+    binary: Path, *, etcd_url: str, pki: Pki, work_dir: Path, log_path: Path, audit_log: Path, timeout: float = 120.0,
+    bind_address: str = "127.0.0.1",
 ) -> ApiServer:
+    """``bind_address``: 127.0.0.1, or the real node's bridge address (testbed.node), where pods
+    reach it; then the ``kubernetes`` Service's endpoint is that address (lease reconciler)."""
     chosen: dict[str, int] = {}
+    loopback = bind_address == "127.0.0.1"
     work_dir.mkdir(parents=True, exist_ok=True)
     audit_policy = work_dir / "audit-policy.yaml"
     audit_policy.write_text(AUDIT_POLICY)
@@ -112,12 +116,12 @@ def start_apiserver(
             [
                 str(binary),
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={bind_address}",
                 f"--secure-port={port}",
-                "--advertise-address=127.0.0.1",
-                # The "kubernetes" Endpoints may not hold a loopback address; nothing
-                # here routes through the Service anyway.
-                "--endpoint-reconciler-type=none",
+                f"--advertise-address={bind_address}",
+                # The "kubernetes" Endpoints may not hold a loopback address; with the
+                # process kubelet nothing routes through the Service anyway.
+                f"--endpoint-reconciler-type={'none' if loopback else 'lease'}",
                 f"--cert-dir={work_dir}",
                 f"--tls-cert-file={pki.apiserver.cert}",
                 f"--tls-private-key-file={pki.apiserver.key}",
@@ -152,14 +156,14 @@ def start_apiserver(
         )
 
     def ready(proc: ManagedProcess) -> None:
-        url = f"https://127.0.0.1:{chosen['port']}/readyz"
+        url = f"https://{bind_address}:{chosen['port']}/readyz"
         proc.wait_ready(
             lambda: https_status(url, ca=pki.ca.cert, client=pki.admin) == 200, timeout, "ready (/readyz)"
         )
 
     proc = start_with_port_retry(start, ready)
     port = chosen["port"]
-    return ApiServer(proc, f"https://127.0.0.1:{port}", port)
+    return ApiServer(proc, f"https://{bind_address}:{port}", port)
 
 
 def start_controller_manager(

@@ -113,3 +113,9 @@ def runtime_image() -> str:
 
 def operator_image() -> str:
     return f"{OPERATOR_REPOSITORY}:{version()}"
+
+
+def push_archive(name: str, archive: Path) -> None:
+    """Writes a built image as an OCI archive (for containerd's import: testbed.node), named ``name`` inside."""
+    # uncompressed: gzip is most of the export and of the import time, and the archive is deleted at once
+    _buildah("push", "--quiet", "--disable-compression", name, f"oci-archive:{archive}:{name}", timeout=900)

@@ -134,3 +134,34 @@ def kafka_dir() -> Path:
         raise MissingToolError(f"the Kafka broker jars are missing from {candidate}: run scripts/bootstrap.sh "
                                "(or bash testbed/build/fetch-kafka.sh) to fetch them")
     return candidate
+
+
+NODE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-node.sh")
+NODE_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr", "kubelet", "kube-scheduler", "kube-proxy", "coredns",
+                 "pause", "cni/bridge", "cni/host-local", "cni/portmap", "cni/loopback")
+
+
+def node_pin(name: str) -> str:
+    """A version pinned in testbed/build/build-node.sh (CONTAINERD_VERSION, PAUSE_VERSION...)."""
+    return _pinned(name, NODE_BUILD_SCRIPT)
+
+
+def node_bin_dir() -> Path:
+    """The real node's binaries and small images from testbed/build/build-node.sh ($STREAMJOB_NODE_BIN_DIR)."""
+    explicit = os.environ.get("STREAMJOB_NODE_BIN_DIR")
+    candidate = (
+        Path(explicit)
+        if explicit
+        else cache_root() / "bin" / (
+            f"node-k8s-{K8S_VERSION}-containerd-{node_pin('CONTAINERD_VERSION')}-cni-{node_pin('CNI_PLUGINS_VERSION')}"
+            f"-coredns-{node_pin('COREDNS_VERSION')}-pause-{node_pin('PAUSE_VERSION')}"
+        )
+    )
+    missing = [b for b in NODE_BINARIES if not os.access(candidate / b, os.X_OK)]
+    missing += [f"images/{a}" for a in ("pause.oci.tar", "busybox.oci.tar") if not (candidate / "images" / a).is_file()]
+    if missing:
+        raise MissingToolError(
+            f"the real node's {', '.join(missing)} are missing from {candidate}: "
+            "run scripts/bootstrap.sh (or bash testbed/build/build-node.sh) to build them"
+        )
+    return candidate

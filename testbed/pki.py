@@ -116,8 +116,12 @@ def _write_cert(cert: x509.Certificate, path: Path) -> None:
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
-def generate(directory: Path, *, node_name: str) -> Pki:
-    """Writes a fresh CA and every cert the run needs into ``directory``."""
+def generate(directory: Path, *, node_name: str, extra_sans: tuple[str, ...] = ()) -> Pki:
+    """Writes a fresh CA and every cert the run needs into ``directory``.
+
+    ``extra_sans`` are added to the API server's and the kubelet's serving certs: the
+    real node's bridge address, where pods and the API server reach them (testbed.node).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = _new_key()
     now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
@@ -172,6 +176,7 @@ def generate(directory: Path, *, node_name: str) -> Pki:
             "kubernetes.default",
             "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local",
+            *extra_sans,
         ),
     )
     admin = leaf("admin", _name("streamjob-admin", ("system:masters",)), server=False)
@@ -182,7 +187,7 @@ def generate(directory: Path, *, node_name: str) -> Pki:
         "apiserver-kubelet-client", _name("kube-apiserver-kubelet-client", ("system:masters",)), server=False
     )
     kubelet_serving = leaf(
-        "kubelet-serving", _name(f"system:node:{node_name}", ("system:nodes",)), server=True, sans=("127.0.0.1", node_name)
+        "kubelet-serving", _name(f"system:node:{node_name}", ("system:nodes",)), server=True, sans=("127.0.0.1", node_name, *extra_sans)
     )
 
     sa_key = _new_key()
@@ -206,3 +211,16 @@ def generate(directory: Path, *, node_name: str) -> Pki:
         sa_private_key=sa_private,
         sa_public_key=sa_public,
     )
+
+
+def client_cert(directory: Path, ca: CertPair, stem: str, common_name: str, organizations: tuple[str, ...] = ()) -> CertPair:
+    """A client cert signed by the run's CA (read back from ``ca``), for one more component's user."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
+    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    key = _new_key()
+    cert = _issue(subject=_name(common_name, organizations), key=key, ca_cert=ca_cert, ca_key=ca_key, server=False)
+    pair = CertPair(directory / f"{stem}.crt", directory / f"{stem}.key")
+    _write_cert(cert, pair.cert)
+    _write_key(key, pair.key)
+    return pair

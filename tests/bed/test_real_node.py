@@ -1,0 +1,312 @@
+"""The real node: containerd, kubelet, kube-proxy, kube-scheduler and CoreDNS on a bridge inside this machine.
+
+One test bed with ``node="real"`` for the module (its own, not the session's process
+kubelet); the last tests stop it and check that nothing is left on the machine, then
+crash one and check that the next start sweeps what it left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from testbed import TestBed, hostfacts, imagestore, locate
+from testbed.cluster import TestBedError
+from testbed.node import BRIDGE, BRIDGE_IP, CGROUP_PARENT, LOCK_FILE, NODE_HOME, RealNode, cgroup_mount_points, iptables_chains, mounts_under
+from testbed.waiting import wait_for
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the real node needs root")
+
+POD_TIMEOUT = 120
+
+
+@pytest.fixture(scope="module")
+def real_bed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[TestBed]:
+    bed = TestBed(tmp_path_factory.mktemp("real-node"), node="real")
+    started = time.monotonic()
+    bed.start()
+    print(f"real node test bed started in {time.monotonic() - started:.1f}s; node timings {bed.node.timings if bed.node else {}}")
+    yield bed
+    keep = request.session.testsfailed > 0 or os.environ.get("STREAMJOB_KEEP_TESTBED") == "1"
+    bed.stop(keep=keep)
+    if keep:
+        print(f"real node test bed logs kept in {bed.log_dir}")
+
+
+@pytest.fixture(scope="module")
+def core(real_bed: TestBed) -> Iterator[client.CoreV1Api]:
+    with real_bed.api_client() as api:
+        yield client.CoreV1Api(api)
+
+
+def new_namespace(core: client.CoreV1Api) -> str:
+    name = f"real-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_for(lambda: core.read_namespaced_service_account("default", name), 30, f"default ServiceAccount in {name}")
+    return name
+
+
+@pytest.fixture
+def ns(core: client.CoreV1Api, real_bed: TestBed) -> Iterator[str]:
+    name = new_namespace(core)
+    yield name
+    # Only while the node runs: once it is gone, 10.244.0.1 is no address of this machine
+    # and a client's connection would follow the default route off it.
+    if real_bed.node is not None and real_bed.node.running:
+        core.delete_namespace(name, grace_period_seconds=0)
+
+
+def busybox(real_bed: TestBed) -> str:
+    assert real_bed.node is not None
+    return real_bed.node.busybox_image()
+
+
+def pod(name: str, image: str, command: list[str], *, restart: str = "Never", labels: dict[str, str] | None = None,
+        memory_limit: str | None = None, port: int | None = None) -> client.V1Pod:
+    resources = client.V1ResourceRequirements(limits={"memory": memory_limit, "cpu": "500m"}) if memory_limit else None
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels=labels),
+        spec=client.V1PodSpec(
+            restart_policy=restart,
+            termination_grace_period_seconds=1,
+            containers=[client.V1Container(
+                name="main", image=image, image_pull_policy="Never", command=command, resources=resources,
+                ports=[client.V1ContainerPort(container_port=port)] if port else None,
+            )],
+        ),
+    )
+
+
+def pod_log(core: client.CoreV1Api, ns: str, name: str) -> str:
+    # without _preload_content=False the client returns str(bytes)
+    return str(core.read_namespaced_pod_log(name, ns, _preload_content=False).data.decode(errors="replace"))
+
+
+def finished(core: client.CoreV1Api, ns: str, name: str, timeout: float = POD_TIMEOUT) -> client.V1ContainerStateTerminated:
+    def probe() -> client.V1ContainerStateTerminated | None:
+        p = core.read_namespaced_pod(name, ns)
+        for status in p.status.container_statuses or []:
+            if status.state and status.state.terminated:
+                return status.state.terminated
+            if status.state and status.state.waiting and status.state.waiting.reason in ("ErrImageNeverPull", "CreateContainerError"):
+                raise AssertionError(f"pod {name} cannot start: {status.state.waiting}")
+        return None
+
+    return wait_for(probe, timeout, f"pod {ns}/{name} to finish")
+
+
+def running_ip(core: client.CoreV1Api, ns: str, name: str) -> str:
+    def probe() -> str | None:
+        p = core.read_namespaced_pod(name, ns)
+        ready = any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        return p.status.pod_ip if p.status.phase == "Running" and ready else None
+
+    return wait_for(probe, POD_TIMEOUT, f"pod {ns}/{name} running")
+
+
+def web_server(core: client.CoreV1Api, ns: str, image: str, name: str, body: str) -> str:
+    command = ["sh", "-c", f"mkdir -p /tmp/www && echo {body} > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"]
+    core.create_namespaced_pod(ns, pod(name, image, command, restart="Always", labels={"app": name}, port=8080))
+    return running_ip(core, ns, name)
+
+
+# --- the node and pods -----------------------------------------------------------------
+def test_node_is_ready_with_containerd_and_the_bridge_address(core: client.CoreV1Api, real_bed: TestBed) -> None:
+    node = core.read_node(real_bed.node_name)
+
+    assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+    assert node.status.node_info.kubelet_version == locate.K8S_VERSION
+    assert node.status.node_info.container_runtime_version == f"containerd://{locate.node_pin('CONTAINERD_VERSION').lstrip('v')}"
+    assert {"type": "InternalIP", "address": BRIDGE_IP} in [a.to_dict() for a in node.status.addresses]
+    assert real_bed.api_url.startswith(f"https://{BRIDGE_IP}:")
+
+
+def test_runtime_image_pod_runs_a_command_and_its_log_is_read_through_the_api(core: client.CoreV1Api, real_bed: TestBed, ns: str) -> None:
+    image = imagestore.runtime_image()
+    command = ["python3", "-c", "import job_runtime, pyspark, socket; print('runtime', pyspark.__version__, socket.gethostname())"]
+    core.create_namespaced_pod(ns, pod("runtime", image, command))
+
+    terminated = finished(core, ns, "runtime", timeout=180)
+
+    assert terminated.exit_code == 0, pod_log(core, ns, "runtime")
+    assert "runtime 4." in pod_log(core, ns, "runtime")
+    assert pod_log(core, ns, "runtime").strip().endswith(" runtime")  # hostname = pod name
+
+
+def test_pod_reaches_another_pod_through_a_service_name(core: client.CoreV1Api, real_bed: TestBed, ns: str) -> None:
+    image = busybox(real_bed)
+    web_server(core, ns, image, "web", "hello-through-the-service")
+    core.create_namespaced_service(ns, client.V1Service(
+        metadata=client.V1ObjectMeta(name="web"),
+        spec=client.V1ServiceSpec(selector={"app": "web"}, ports=[client.V1ServicePort(port=80, target_port=8080)]),
+    ))
+    # (busybox 1.35's wget -T crashes with SIGSEGV: timeout(1) bounds it instead)
+    # the short name goes through the pod's search domains, the long one straight to CoreDNS;
+    # both resolve to the ClusterIP, which only kube-proxy's rules lead to the pod
+    script = textwrap.dedent(f"""
+        set -e
+        for i in $(seq 1 30); do timeout 5 wget -q -O /tmp/short http://web/ && break; sleep 1; done
+        timeout 10 wget -q -O /tmp/long http://web.{ns}.svc.cluster.local/
+        nslookup web.{ns}.svc.cluster.local {BRIDGE_IP} | tail -n 3
+        cat /tmp/short /tmp/long
+    """)
+    core.create_namespaced_pod(ns, pod("client", image, ["sh", "-c", script]))
+
+    terminated = finished(core, ns, "client")
+    out = pod_log(core, ns, "client")
+
+    assert terminated.exit_code == 0, out
+    assert out.count("hello-through-the-service") == 2, out
+    cluster_ip = core.read_namespaced_service("web", ns).spec.cluster_ip
+    assert cluster_ip in out, out
+
+
+def test_pod_over_its_memory_limit_is_oom_killed(core: client.CoreV1Api, real_bed: TestBed, ns: str) -> None:
+    # dd allocates its block (128 MiB) and fills it: over the 32 MiB limit
+    core.create_namespaced_pod(ns, pod("hog", busybox(real_bed), ["dd", "if=/dev/zero", "of=/dev/null", "bs=128M", "count=4"],
+                                       memory_limit="32Mi"))
+
+    terminated = finished(core, ns, "hog")
+
+    assert terminated.reason == "OOMKilled", terminated
+    assert terminated.exit_code == 137
+
+
+def test_host_reaches_a_pod_on_the_bridge(core: client.CoreV1Api, real_bed: TestBed, ns: str) -> None:
+    ip = web_server(core, ns, busybox(real_bed), "web", "hello-host")
+
+    assert ip.startswith("10.244.0."), ip
+    body = wait_for(lambda: urllib.request.urlopen(f"http://{ip}:8080/", timeout=3).read().decode(), 30, f"http://{ip}:8080/")
+    assert body.strip() == "hello-host"
+
+
+def test_a_second_real_node_test_bed_refuses_and_leaves_the_first_alone(core: client.CoreV1Api, real_bed: TestBed,
+                                                                         tmp_path: Path) -> None:
+    second = TestBed(tmp_path / "second", node="real")
+
+    with pytest.raises(TestBedError) as refused:
+        second.start()
+
+    message = str(refused.value)
+    assert "another test bed runs the real node on this machine" in message
+    assert f"pid {os.getpid()}" in message
+    assert Path(f"/sys/class/net/{BRIDGE}").exists()
+    node = core.read_node(real_bed.node_name)
+    assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+
+
+# --- teardown, and a crash ------------------------------------------------------------------
+def node_traces(node: RealNode) -> list[str]:
+    """What a real node would leave on this machine."""
+    traces = []
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        traces.append(f"bridge {BRIDGE}")
+    for binary in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle", "raw"):
+            traces += [f"{binary}/{table} chain {c}" for c in iptables_chains(binary, table)]
+    traces += [f"mount {m}" for m in mounts_under(NODE_HOME, node.containerd_root)]
+    traces += [f"cgroup {p / CGROUP_PARENT}" for p in cgroup_mount_points() if (p / CGROUP_PARENT).exists()]
+    if NODE_HOME.exists():
+        traces.append(f"folder {NODE_HOME}")
+    netns = Path("/run/netns")
+    if netns.is_dir():
+        traces += [f"netns {n.name}" for n in netns.iterdir() if n.name.startswith("cni-")]
+    return traces
+
+
+def test_teardown_leaves_no_bridge_chain_mount_cgroup_or_folder(core: client.CoreV1Api, real_bed: TestBed) -> None:
+    assert real_bed.node is not None
+    node = real_bed.node
+    ns = new_namespace(core)
+    # something to tear down: a running pod, with its sandbox, netns, mounts and cgroups
+    web_server(core, ns, busybox(real_bed), "web", "to-be-torn-down")
+    forward_before = json.loads(node.state_file.read_text())["sysctls"]["net.ipv4.ip_forward"]
+    assert node_traces(node)
+
+    real_bed.stop(keep=False)
+
+    assert node_traces(node) == []
+    assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == forward_before
+    assert not node.socket.exists()
+    # the lock is free again
+    probe = RealNode(real_bed.log_dir, "probe")
+    probe._take_lock()
+    probe._release_lock()
+
+
+CRASHING_BED = """
+import sys, time
+from kubernetes import client
+from testbed import TestBed
+from testbed.waiting import wait_for
+bed = TestBed(sys.argv[1], node="real")
+bed.start()
+with bed.api_client() as api:
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod("default", client.V1Pod(
+        metadata=client.V1ObjectMeta(name="survivor"),
+        spec=client.V1PodSpec(containers=[client.V1Container(
+            name="main", image=bed.node.busybox_image(), image_pull_policy="Never", command=["sleep", "3600"])])))
+    wait_for(lambda: core.read_namespaced_pod("survivor", "default").status.phase == "Running", 120, "survivor running")
+print("READY", flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_start_after_a_crash_sweeps_what_the_crashed_node_left(real_bed: TestBed, tmp_path: Path) -> None:
+    # runs after the teardown test: the module's test bed is stopped
+    assert real_bed.node is not None and not real_bed.node.running
+    crashed = subprocess.Popen([sys.executable, "-c", CRASHING_BED, str(tmp_path / "crashed")], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert crashed.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (lines and lines[-1].startswith("READY")):
+            ready, _, _ = select.select([crashed.stdout], [], [], 5)
+            if ready:
+                line = crashed.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+        assert lines and lines[-1].startswith("READY"), "".join(lines[-40:])
+    finally:
+        os.killpg(crashed.pid, signal.SIGKILL)  # the test bed process and what dies with it; not the shims or pods
+        crashed.wait(30)
+    node = RealNode(tmp_path, "probe")
+    left = node_traces(node)
+    assert f"bridge {BRIDGE}" in left and any(t.startswith("mount ") for t in left), left
+
+    after = TestBed(tmp_path / "after", node="real")
+    after.start()
+    try:
+        with after.api_client() as api:
+            assert client.CoreV1Api(api).list_namespaced_pod("default").items == []
+    finally:
+        after.stop(keep=False)
+
+    assert node_traces(node) == []
+
+
+def test_host_facts_are_detected() -> None:
+    facts = hostfacts.detect()
+
+    assert facts.cgroup_version in (1, 2)
+    assert facts.cap_sys_resource == hostfacts.has_capability(hostfacts.CAP_SYS_RESOURCE)
+    if facts.cgroup_version == 1:
+        assert "memory" in facts.cgroup_v1_hierarchies
+    assert "cgroup v" in facts.describe()
+    assert LOCK_FILE.parent.is_dir()
