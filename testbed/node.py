@@ -87,8 +87,8 @@ class NodeBusyError(NodeError):
     """Another test bed holds this machine's real node."""
 
 
-def _run(argv: list[str], *, check: bool = True, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input)
+def _run(argv: list[str], *, check: bool = True, timeout: float = 60, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=stdin)
     if check and result.returncode != 0:
         raise NodeError(f"{' '.join(argv)} failed (exit {result.returncode}): {(result.stderr or result.stdout).strip()[-2000:]}")
     return result
