@@ -3,7 +3,8 @@
 import-linter holds the layers (pyproject.toml ``[tool.importlinter]``: decide and the builders
 stay pure, the contract imports no Spark, Kubernetes client or kopf, the operator never imports
 the job runtime nor the test bed); ruff lints the tree; mypy --strict checks the contract, the operator, the
-runtime and the kubectl plugin (scripts/typecheck.sh). The same commands run from
+runtime and the kubectl plugin (scripts/typecheck.sh); no module of the product imports itself in a circle
+(grimp, the graph import-linter reads). The same commands run from
 ``.pre-commit-config.yaml``. Each runs the venv's own executable, beside this Python.
 """
 
@@ -13,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -37,3 +39,66 @@ def test_types_are_strictly_clean() -> None:
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     result = run("bash", str(REPO / "scripts" / "typecheck.sh"), env=env)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+PRODUCT = ("streamjob_contract", "streamjob_operator", "job_runtime", "streamjob_cli")
+
+
+def import_cycles(graph: Any) -> list[list[str]]:
+    """The groups of modules that import each other in a circle (strongly connected components of
+    more than one module; imports inside functions and under TYPE_CHECKING count)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported not in graph.modules:
+                continue
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_the_product_has_no_import_cycle() -> None:
+    """`pytest tests/unit/test_static.py -k cycle` is the command that shows one, module by module."""
+    import grimp
+
+    graph = grimp.build_graph(*PRODUCT, cache_dir=None)
+    assert len(graph.modules) > 50, sorted(graph.modules)
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_circle() -> None:
+    import grimp
+
+    graph = grimp.ImportGraph()
+    for module in ("pkg", "pkg.a", "pkg.b", "pkg.c", "pkg.d"):
+        graph.add_module(module)
+    graph.add_import(importer="pkg.a", imported="pkg.b")
+    graph.add_import(importer="pkg.b", imported="pkg.c")
+    graph.add_import(importer="pkg.c", imported="pkg.a")
+    graph.add_import(importer="pkg.d", imported="pkg.a")
+    assert import_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
