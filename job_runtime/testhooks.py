@@ -1,4 +1,5 @@
-"""A test hook: pause the runtime at a named instant so a test can SIGKILL it exactly there.
+"""Test hooks: pause the runtime at a named instant so a test can SIGKILL it exactly there,
+or make one named step raise as if its storage call had failed.
 
 Called by job_runtime.savepoints while it copies files (savepoints and restores) and by
 job_runtime.kafka.sink around its transaction commit.
@@ -15,6 +16,12 @@ these variables. The kill tests (tests/runtime/test_runtime_kill_points.py) set:
     STREAMJOB_PAUSE_DIR  where "paused-<line number>" is written when a point is reached
 
 The pausing thread writes the marker and blocks for good: only the kill ends it.
+
+    STREAMJOB_FAIL_AT    points, one a line, where ``fail`` raises ``InjectedFault``:
+                         "savepoint-manifest-put:<n>"       the n-th savepoint's manifest PUT fails
+                                                             (nothing stored)
+                         "savepoint-manifest-response:<n>"  the n-th manifest is stored but the call
+                                                             raises (a lost response, a failed marker delete)
 """
 
 from __future__ import annotations
@@ -26,9 +33,27 @@ from pathlib import Path
 
 PAUSE_AT = "STREAMJOB_PAUSE_AT"
 PAUSE_DIR = "STREAMJOB_PAUSE_DIR"
+FAIL_AT = "STREAMJOB_FAIL_AT"
 
 _lock = threading.Lock()
 _counts: dict[str, int] = {}
+_fail_counts: dict[str, int] = {}
+
+
+class InjectedFault(OSError):
+    """The failure a test asked for at a named step (STREAMJOB_FAIL_AT)."""
+
+
+def fail(point: str) -> None:
+    """Count one occurrence of `point`; raise ``InjectedFault`` when STREAMJOB_FAIL_AT names this occurrence."""
+    wanted = os.environ.get(FAIL_AT)
+    if not wanted or f"{point}:" not in wanted:
+        return
+    with _lock:
+        _fail_counts[point] = _fail_counts.get(point, 0) + 1
+        spec = f"{point}:{_fail_counts[point]}"
+    if spec in wanted.split("\n"):
+        raise InjectedFault(f"injected fault at {spec}")
 
 
 def reached(point: str) -> None:

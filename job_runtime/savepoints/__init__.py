@@ -58,7 +58,7 @@ from streamjob_contract.savepoints import (
     validate_savepoint,
 )
 from job_runtime.savepoints.restore import restore_savepoint
-from job_runtime.savepoints.write import write_savepoint
+from job_runtime.savepoints.write import ManifestAttemptedError, write_savepoint
 
 __all__ = [
     "DELETING_MARKER",
@@ -71,6 +71,7 @@ __all__ = [
     "JobRef",
     "Manifest",
     "ManifestFile",
+    "ManifestAttemptedError",
     "ManifestInvalidError",
     "RestoreTargetNotEmptyError",
     "SavepointChecksumError",

@@ -21,11 +21,13 @@ from streamjob_contract.savepoint_manifest import (
     MANIFEST_NAME,
     CheckpointSourceError,
     Manifest,
+    SavepointError,
     SavepointTargetNotEmptyError,
     StatePartitionMismatchError,
     build_manifest,
 )
 from streamjob_contract.savepoints import client_for
+from job_runtime import testhooks
 from job_runtime.savepoints.transfer import Transfer
 
 log = logging.getLogger("job_runtime.savepoint")  # the name the log lines had before the split
@@ -134,13 +136,45 @@ def write_savepoint(
         source_checkpoint=checkpoint_location,
         files=((f.path, f.size, digests[f.path]) for f in files),
     )
-    dst.write_bytes(MANIFEST_NAME, manifest.to_json(), content_type="application/json")
-    dst.delete([IN_PROGRESS_MARKER])
+    body = manifest.to_json()
+    try:
+        testhooks.fail("savepoint-manifest-put")
+        dst.write_bytes(MANIFEST_NAME, body, content_type="application/json")
+        testhooks.fail("savepoint-manifest-response")
+        dst.delete([IN_PROGRESS_MARKER])
+    except Exception as exc:
+        # The PUT may have landed even though the call raised: from here on the savepoint
+        # may exist, and a caller that restarts its query would commit batches behind it.
+        raise ManifestAttemptedError(savepoint_uri, manifest, _manifest_present(dst, savepoint_uri, body), exc) from exc
     log.info(
         "Wrote savepoint uri=%s job=%s/%s batch_id=%d files=%d bytes=%d stale_removed=%d",
         savepoint_uri, job_namespace, job_name, batch_id, len(files), manifest.total_bytes, len(stale),
     )
     return manifest
+
+
+class ManifestAttemptedError(SavepointError):
+    """The manifest PUT was attempted and something from it on raised.
+
+    ``present`` says whether the manifest read back is the one written (the savepoint is
+    complete, only its response or the marker delete failed); False when it is absent or
+    could not be read. Either way the savepoint may exist: a stop-with-savepoint must not
+    start its query again (job_runtime.run.savepoint_requests).
+    """
+
+    def __init__(self, uri: str, manifest: Manifest, present: bool, cause: BaseException) -> None:
+        state = "is present" if present else "could not be verified"
+        super().__init__(uri, f"writing {MANIFEST_NAME} raised ({cause}); the manifest {state}")
+        self.manifest = manifest
+        self.present = present
+
+
+def _manifest_present(dst: Store, uri: str, body: bytes) -> bool:
+    try:
+        return dst.read_bytes(MANIFEST_NAME) == body
+    except Exception as exc:  # absent, or the store is unreachable: not verified
+        log.warning("Could not read back savepoint manifest uri=%s error=%s", uri, exc)
+        return False
 
 
 def _claim_target(dst: Store, uri: str, job_namespace: str, job_name: str) -> None:
