@@ -210,9 +210,11 @@ def observe(
             job = JobProgress(reachable=False)
 
     manifest: SavepointManifest | None = None
-    needs_s3 = (savepointing and op is not None and op.savepoint_path) or (
-        status.checkpoint_location and (current is None or current.terminated) and status.driver_pod
-    )
+    # the checkpoint says what the job committed when its driver cannot: gone, exited, or (an upgraded
+    # driver awaiting readiness) not answering; decide.lineage compares it with the savepoint to restore
+    unanswered = op is not None and op.phase is Phase.awaiting_ready and (job is None or not job.reachable)
+    read_checkpoint = bool(status.checkpoint_location and status.driver_pod and (current is None or current.terminated or unanswered))
+    needs_s3 = (savepointing and op is not None and op.savepoint_path) or read_checkpoint
     problems: list[Problem] = []
     s3 = None
     if needs_s3:
@@ -225,7 +227,8 @@ def observe(
         from streamjob_contract.savepoints import inspect_savepoint
 
         try:
-            m = inspect_savepoint(op.savepoint_path, s3_config=s3)
+            path, config = op.savepoint_path, s3
+            m = clients.s3_call(config, lambda: inspect_savepoint(path, s3_config=config))
             manifest = SavepointManifest(op.savepoint_path, m.batch_id, m.created_at.isoformat(), m.total_bytes)
         except SavepointError:
             pass  # no manifest (yet): no savepoint
@@ -233,11 +236,12 @@ def observe(
             problems.append(describe_error(err, f"reading the savepoint manifest at {op.savepoint_path}"))
 
     checkpoint_batch: int | None = None
-    if s3 is not None and status.checkpoint_location and (current is None or current.terminated):
+    if s3 is not None and status.checkpoint_location and read_checkpoint:
         from streamjob_contract.checkpoint import latest_completed_batch
 
         try:
-            checkpoint_batch = latest_completed_batch(status.checkpoint_location, s3=s3)
+            location, config = status.checkpoint_location, s3
+            checkpoint_batch = clients.s3_call(config, lambda: latest_completed_batch(location, s3=config))
         except Exception as err:
             problems.append(describe_error(err, f"reading the checkpoint at {status.checkpoint_location}"))
 

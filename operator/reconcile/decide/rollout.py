@@ -12,11 +12,12 @@ import json
 
 from streamjob_operator.api.spec import StreamJobSpec, UpgradeMode
 from streamjob_contract.lifecycle import LifecycleState
-from streamjob_operator.api.status import Operation, Phase
+from streamjob_operator.api.status import OpKind, Operation, Phase
 
 from .. import names
 from ..model import CreateDriver, DriverPod, EnsureSupportObjects, PodPhase
-from .context import POLL_SECONDS, STATE_OF_KIND, Pass, Steps, hash_text, spec_json
+from . import lineage
+from .context import POLL_SECONDS, STATE_OF_KIND, Pass, Steps, clip, hash_text, spec_json
 from .strays import delete_strays
 
 
@@ -25,6 +26,10 @@ def enter_deploying(p: Pass, op: Operation, deploy_spec_json: str) -> None:
     if p.obs.drivers:  # never two drivers: stop what is there first
         p.update(operation=op.model_copy(update={"phase": Phase.stopping}))
         p.again(0)
+        return
+    behind = lineage.restore_behind(p, op)
+    if behind is not None:
+        refuse_restore(p, op, deploy_spec_json, *behind)
         return
     deploy_spec = StreamJobSpec.model_validate(json.loads(deploy_spec_json))
     epoch = p.st.driver_epoch + 1
@@ -60,6 +65,22 @@ def enter_deploying(p: Pass, op: Operation, deploy_spec_json: str) -> None:
     p.actions.append(create_driver(p))
     p.emit("Normal", "DriverCreated", f"Created driver pod {pod}, {how}")
     p.again(POLL_SECONDS)
+
+
+def refuse_restore(p: Pass, op: Operation, deploy_spec_json: str, saved: int, committed: int) -> None:
+    """The restore would go behind the job: not done. The job's own spec resumes its checkpoint instead,
+    which holds the committed batch; with no checkpoint to resume, the job is held (Failed) for the user."""
+    assert op.savepoint_path is not None
+    message = lineage.refusal(op.savepoint_path, saved, committed, f"{op.kind} not done")
+    lineage.refuse(p, "SavepointBehindJob", message, op.target_spec_hash or hash_text(deploy_spec_json))
+    if not (p.st.checkpoint_location and p.st.last_reconciled_spec):
+        p.update(state=LifecycleState.failed, operation=None, next_restart_at=None)
+        p.failure = ("SavepointBehindJob", message)
+        return
+    keep = Operation(kind=OpKind.restart, phase=Phase.deploying, restore_mode=UpgradeMode.last_state, started_at=p.t(),
+                     message=clip(f"resuming checkpoint {p.st.checkpoint_location} at batch {committed} instead of "
+                                  f"restoring savepoint {op.savepoint_path} (batch {saved})"))
+    enter_deploying(p, keep, p.st.last_reconciled_spec)
 
 
 def deploy_target(p: Pass) -> None:

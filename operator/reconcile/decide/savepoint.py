@@ -12,7 +12,7 @@ from streamjob_operator.api.status import MAX_SAVEPOINT_HISTORY, OpKind, Operati
 
 from ..model import DeleteSavepoint, TriggerSavepoint
 from ..policy import parse_duration, parse_time
-from . import restart, rollout
+from . import lineage, restart, rollout
 from .context import POLL_SECONDS, Pass, Steps, clip
 
 
@@ -82,6 +82,15 @@ def completed(p: Pass, batch_id: int | None, size_bytes: int | None = None) -> N
     p.emit("Normal", "SavepointCompleted", message)
     if op.kind is OpKind.savepoint:
         p.update(operation=None)
+        return
+    past = lineage.behind(p, info.path) if op.kind in (OpKind.upgrade, OpKind.suspend) else None
+    if past is not None and p.running_driver() is not None:
+        # the driver went on committing after the manifest (a runtime that restarted its query):
+        # restoring this savepoint would go back, so the change is not done and the job keeps running
+        message = lineage.refusal(info.path, *past, f"{op.kind} not done, the running job was kept")
+        lineage.refuse(p, "SavepointBehindJob", message, op.target_spec_hash)
+        p.update(operation=None, state=LifecycleState.running)
+        p.again(0)
     else:  # recorded before anything is deleted: the next pass stops the driver
         p.op_update(phase=Phase.stopping, trigger_id=None)
         p.again(0)

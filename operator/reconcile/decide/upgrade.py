@@ -16,7 +16,7 @@ from streamjob_operator.api.status import OpKind, Operation, Phase
 
 from ..changes import ChangeKind, changed_fields, classify
 from ..model import DriverPod
-from . import restart, rollout
+from . import lineage, restart, rollout
 from .context import POLL_SECONDS, Pass, Steps, clip, hash_text, spec_dict, spec_hash, spec_json
 from .repartition import refuse_repartition
 
@@ -178,6 +178,10 @@ def awaiting_ready(p: Pass) -> None:
 
 def start_rollback(p: Pass, why: str) -> None:
     op = p.op()
+    past = lineage.behind(p, op.savepoint_path if op.restore_mode is UpgradeMode.savepoint else None)
+    if past is not None:
+        restart_instead(p, why, *past)
+        return
     p.block("RolledBack", f"Rolled back: {why}. The change is retried on the next spec change or nonce.", op.target_spec_hash)
     path = op.savepoint_path if op.restore_mode is UpgradeMode.savepoint else None
     assert p.st.last_stable_spec is not None
@@ -189,6 +193,19 @@ def start_rollback(p: Pass, why: str) -> None:
     )
     p.emit("Warning", "RollingBack", f"{why}; rolling back to the last stable spec{f' from savepoint {path}' if path else ''}")
     p.again(0)
+
+
+def restart_instead(p: Pass, why: str, saved: int, committed: int) -> None:
+    """The upgraded driver committed past the upgrade savepoint: rolling back to it would go back.
+    No rollback: the upgraded spec restarts from its latest checkpoint, a failure the restart policy counts."""
+    op = p.op()
+    assert op.savepoint_path is not None and p.st.last_stable_spec is not None
+    what = (f"{why}; not rolled back: it committed batch {committed}, past the upgrade savepoint "
+            f"{op.savepoint_path} (batch {saved}), so it restarts from its latest checkpoint. "
+            f"To return to the last stable spec, apply it again")
+    p.block("RollbackRefused", what, hash_text(p.st.last_stable_spec))
+    pod = p.current.name if p.current is not None else (p.st.driver_pod or "driver")
+    restart.count_failure(p, pod, clip(what, 600), reason="RollbackRefused", why=clip(why, 200))
 
 
 def rollback_stopped(p: Pass) -> None:
