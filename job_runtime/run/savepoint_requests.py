@@ -5,9 +5,12 @@ methods read and set (declared below for the type checker). Stop-with-savepoint:
 stop the query between batches (job_runtime.query.drain: the batch in flight finishes
 and commits, no new one starts; past a deadline the stop interrupts it, its
 offsets stay in the write-ahead log and the restore re-runs it), write the
-savepoint, exit STOPPED_FOR_SAVEPOINT. If the savepoint fails the query is
-started again from its checkpoint in this process and the savepoint reported
-FAILED: a failing savepoint never costs a running job.
+savepoint, exit STOPPED_FOR_SAVEPOINT. If the savepoint fails before its
+manifest PUT, the query is started again from its checkpoint in this process and
+the savepoint reported FAILED: a failing savepoint never costs a running job.
+Once the manifest PUT was attempted the query is never started again (the
+savepoint may exist, and batches committed after it would put it behind the job):
+exit STOPPED_FOR_SAVEPOINT when the manifest read back is ours, else FAILED.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from streamjob_contract.jobdef import JobDefinition
 from job_runtime.query.errors import describe
 from streamjob_contract.s3 import S3Config
 from job_runtime.savepoints.target import SavepointPathError, confine
+from job_runtime.savepoints.write import ManifestAttemptedError
 from job_runtime.settings import RuntimeSettings
 from streamjob_contract.runtime_status import RunState, SavepointState
 
@@ -146,6 +150,8 @@ class SavepointOps:
             return self._fail(ExitCode.FAILED, f"query failed: {error}")
         try:
             batch_id = self._write_savepoint(record.path)
+        except ManifestAttemptedError as err:
+            return self._end_after_manifest(record, err)
         except Exception as err:
             self._finish_savepoint(record, error=describe(err))
             log.error(
@@ -159,6 +165,21 @@ class SavepointOps:
         self._state = RunState.STOPPED
         log.info("stopped for savepoint job=%s id=%s path=%s batchId=%d", self.settings.job_id, record.id, record.path, batch_id)
         return ExitCode.STOPPED_FOR_SAVEPOINT
+
+    def _end_after_manifest(self, record: SavepointRecord, err: ManifestAttemptedError) -> ExitCode:
+        """The manifest PUT was attempted and raised: end the driver, never start the query again."""
+        self.final_savepoint = record
+        if err.present:
+            batch_id = err.manifest.batch_id
+            self._finish_savepoint(record, batch_id=batch_id)
+            self._state = RunState.STOPPED
+            log.warning("stopped for savepoint job=%s id=%s path=%s batchId=%d; its manifest is present although "
+                        "the write raised: %s", self.settings.job_id, record.id, record.path, batch_id, err.detail)
+            return ExitCode.STOPPED_FOR_SAVEPOINT
+        self._finish_savepoint(record, error=describe(err))
+        return self._fail(ExitCode.FAILED, f"savepoint {record.path} failed after its manifest write was attempted "
+                          f"({err.detail}); the query was not started again, so the checkpoint ends at the batch "
+                          "the savepoint would hold")
 
     def _stop_between_batches(self) -> str | None:
         """Stop after the batch in flight, before the next (job_runtime.query.drain); the error the query

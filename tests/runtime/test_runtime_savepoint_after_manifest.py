@@ -36,7 +36,7 @@ def latest_committed(checkpoint: Path) -> int | None:
 
 
 def stop_with_savepoint(proc: RuntimeProcess, target: Path) -> None:
-    proc.wait_for("a committed batch", lambda s: (s["latestCompletedBatch"] or -1) >= 1)
+    proc.wait_for("a running query past batch 1", lambda s: s["state"] == "RUNNING" and (s["latestCompletedBatch"] or -1) >= 1)
     code, accepted = proc.request("POST", "/savepoints", {"path": target.as_uri(), "stop": True})
     assert code == 202, accepted
 
