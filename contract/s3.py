@@ -47,6 +47,9 @@ class S3Config:
     session_token: str | None = field(default=None, repr=False)
     max_concurrency: int = 8
     max_attempts: int = 5
+    connect_timeout: float | None = None  # seconds; None: botocore's default (60)
+    read_timeout: float | None = None  # seconds; None: botocore's default (60)
+    anonymous: bool = False  # unsigned requests: no credentials at all, not even the default chain's
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> S3Config:
@@ -71,10 +74,20 @@ class S3Config:
         import boto3  # type: ignore[import-untyped]
         from botocore.config import Config  # type: ignore[import-untyped]
 
+        options: dict[str, Any] = {}
+        if self.connect_timeout is not None:
+            options["connect_timeout"] = self.connect_timeout
+        if self.read_timeout is not None:
+            options["read_timeout"] = self.read_timeout
+        if self.anonymous:
+            from botocore import UNSIGNED  # type: ignore[import-untyped]
+
+            options["signature_version"] = UNSIGNED
         config = Config(
             s3={"addressing_style": "path" if self.path_style else "auto"},
             retries={"max_attempts": self.max_attempts, "mode": "standard"},
             max_pool_connections=max(10, self.max_concurrency * 2),
+            **options,
         )
         return boto3.client(
             "s3",

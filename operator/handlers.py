@@ -25,7 +25,7 @@ from streamjob_operator import metrics
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, DeletionSpec, SpecError, StreamJobSpec, parse_spec
 from streamjob_operator.api.status import StreamJobStatus
 from streamjob_operator.k8s.act import ActionFailed, Actor, Outcome, describe_action, no_fence
-from streamjob_operator.k8s.clients import Clients, load_api_client
+from streamjob_operator.k8s.clients import Clients, S3Limits, load_api_client
 from streamjob_operator.k8s.errors import describe_error
 from streamjob_operator.k8s.resources import Owner, RuntimeLayout
 from streamjob_operator.reconcile import names
@@ -50,6 +50,7 @@ class Settings:
 
     layout: RuntimeLayout = field(default_factory=RuntimeLayout)
     repartition_supported: bool = True
+    s3_limits: S3Limits = field(default_factory=S3Limits)
     timer_seconds: float = TIMER_SECONDS
     fence: Callable[[], None] = no_fence  # LeaderElector.ensure_leading when elected
 
@@ -62,7 +63,7 @@ _locks_guard = threading.Lock()
 
 def _clients() -> Clients:
     if "clients" not in _state:
-        _state["clients"] = Clients(load_api_client(), SETTINGS.layout)
+        _state["clients"] = Clients(load_api_client(), SETTINGS.layout, SETTINGS.s3_limits)
     clients: Clients = _state["clients"]
     return clients
 

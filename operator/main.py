@@ -65,6 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--control-port", type=int, default=RuntimeLayout.control_port, help="driver control endpoint port")
     parser.add_argument("--no-state-repartition", dest="repartition", action="store_false",
                         help="refuse statePartitions changes up front (runtime images whose Spark cannot repartition state)")
+    s3 = parser.add_argument_group("S3 (the operator's own reads of savepoint manifests and checkpoints, and retention)")
+    s3.add_argument("--s3-connect-timeout-seconds", type=float, default=3.0, metavar="S",
+                    help="connect timeout of each S3 request (default 3)")
+    s3.add_argument("--s3-read-timeout-seconds", type=float, default=10.0, metavar="S",
+                    help="read timeout of each S3 request (default 10)")
+    s3.add_argument("--s3-max-attempts", type=int, default=2, metavar="N",
+                    help="attempts per S3 call, the first included (default 2)")
+    s3.add_argument("--s3-unresponsive-seconds", type=float, default=60.0, metavar="S",
+                    help="an endpoint that timed out is not called again for this long (default 60)")
+    s3.add_argument("--s3-ambient-credentials", action="store_true",
+                    help="sign S3 requests of jobs without spec.s3.credentialsSecret with the operator's own identity "
+                         "(environment, web identity, instance profile); off: such requests are unsigned")
     return parser
 
 
@@ -92,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from streamjob_operator import handlers, metrics  # handlers registers the kopf handlers
     from streamjob_operator.health import HealthError, HealthServer
-    from streamjob_operator.k8s.clients import load_api_client
+    from streamjob_operator.k8s.clients import S3Limits, load_api_client
     from streamjob_operator.k8s.lease import LeaderElector
     from streamjob_operator.k8s.lease_rules import TimingError, Timings
 
@@ -102,6 +114,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(err))
     handlers.SETTINGS.layout = RuntimeLayout(runtime_command=args.runtime_command, control_port=args.control_port)
     handlers.SETTINGS.repartition_supported = args.repartition
+    for flag, value in (("--s3-connect-timeout-seconds", args.s3_connect_timeout_seconds),
+                        ("--s3-read-timeout-seconds", args.s3_read_timeout_seconds),
+                        ("--s3-max-attempts", args.s3_max_attempts), ("--s3-unresponsive-seconds", args.s3_unresponsive_seconds)):
+        if value <= 0:
+            parser.error(f"{flag}: must be > 0, got {value}")
+    handlers.SETTINGS.s3_limits = S3Limits(
+        connect_timeout_seconds=args.s3_connect_timeout_seconds,
+        read_timeout_seconds=args.s3_read_timeout_seconds,
+        max_attempts=args.s3_max_attempts,
+        unresponsive_seconds=args.s3_unresponsive_seconds,
+        ambient_credentials=args.s3_ambient_credentials,
+    )
 
     if args.metrics_address:
         try:

@@ -199,7 +199,8 @@ class Actor:
     def delete_savepoint(self, owner: Owner, spec: StreamJobSpec, action: DeleteSavepoint) -> None:
         from streamjob_contract.savepoints import delete_savepoint
 
-        delete_savepoint(action.path, s3_config=self.clients.s3_config(owner.namespace, spec))
+        config = self.clients.s3_config(owner.namespace, spec)
+        self.clients.s3_call(config, lambda: delete_savepoint(action.path, s3_config=config))
         log.info("Pruned savepoint streamjob=%s/%s path=%s", owner.namespace, owner.name, action.path)
 
     def delete_owned(self, owner: Owner) -> None:

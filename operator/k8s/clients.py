@@ -3,6 +3,12 @@
 Called by ``reconcile.observe`` (reads) and ``k8s.act`` (writes); nothing
 else opens a connection. Secrets read here (the job's control token, the
 S3 credentials) live only in memory and never reach logs, events or status.
+
+S3 is a tenant's endpoint, reached from the shared handler threads: every call
+has short timeouts and bounded retries (``S3Limits``, operator settings), goes
+through ``s3_call``, which skips an endpoint that just timed out for a while
+instead of waiting on it again, and is unsigned unless the spec references
+credentials or the chart lends the operator's own identity (``ambient_credentials``).
 """
 
 from __future__ import annotations
@@ -10,10 +16,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -26,6 +35,26 @@ from streamjob_operator.reconcile import names
 log = logging.getLogger(__name__)
 
 HTTP_TIMEOUT_SECONDS = 3.0
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class S3Limits:
+    """How long the operator waits on a job's S3 endpoint (operator settings, docs/operator-settings.md)."""
+
+    connect_timeout_seconds: float = 3.0
+    read_timeout_seconds: float = 10.0
+    max_attempts: int = 2  # botocore's count: the first try and one retry
+    unresponsive_seconds: float = 60.0  # an endpoint that timed out is not called again for this long
+    ambient_credentials: bool = False  # lend the operator's own identity to jobs without credentialsSecret
+
+    def worst_case_seconds(self) -> float:
+        """The longest one S3 call may take (every attempt connects, then waits its read timeout)."""
+        return self.max_attempts * (self.connect_timeout_seconds + self.read_timeout_seconds)
+
+
+class S3Unresponsive(Exception):
+    """An S3 endpoint timed out recently: the call was not made."""
 
 
 class DriverUnreachable(Exception):
@@ -55,7 +84,10 @@ def decode(response: Any) -> Any:
 class Clients:
     api: client.ApiClient
     layout: RuntimeLayout = field(default_factory=RuntimeLayout)
+    s3_limits: S3Limits = field(default_factory=S3Limits)
     _tokens: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
+    _s3_down: dict[str, float] = field(default_factory=dict, repr=False)  # endpoint -> monotonic time it may be called again
+    _s3_guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -131,22 +163,46 @@ class Clients:
 
     # --- S3, with the credentials the spec references ------------------------------------------
     def s3_config(self, namespace: str, spec: StreamJobSpec) -> S3Config:
+        """The job's S3 access: its Secret's keys; without one, unsigned requests unless the chart opted in."""
         s3 = spec.s3
-        if s3 is None:
-            return S3Config()
+        limits = self.s3_limits
         access = secret_key = None
-        if s3.credentials_secret is not None:
+        if s3 is not None and s3.credentials_secret is not None:
             ref = s3.credentials_secret
             import base64
 
             data = decode(self.core.read_namespaced_secret(ref.name, namespace, _preload_content=False)).get("data") or {}
             access = base64.b64decode(data.get(ref.access_key_id_key, "")).decode() or None
             secret_key = base64.b64decode(data.get(ref.secret_access_key_key, "")).decode() or None
+        borrowed = s3 is None or s3.credentials_secret is None
         return S3Config(
-            endpoint_url=s3.endpoint,
-            region=s3.region,
-            path_style=s3.path_style_access,
+            endpoint_url=s3.endpoint if s3 is not None else None,
+            region=s3.region if s3 is not None else None,
+            path_style=s3.path_style_access if s3 is not None else True,
             access_key_id=access,
             secret_access_key=secret_key,
-            max_attempts=2,
+            max_attempts=limits.max_attempts,
+            connect_timeout=limits.connect_timeout_seconds,
+            read_timeout=limits.read_timeout_seconds,
+            anonymous=borrowed and not limits.ambient_credentials,
         )
+
+    def s3_call(self, config: S3Config, call: Callable[[], T]) -> T:
+        """Runs one S3 operation against ``config``'s endpoint, unless that endpoint timed out recently."""
+        from botocore.exceptions import ConnectionError as BotoConnectionError  # type: ignore[import-untyped]
+        from botocore.exceptions import HTTPClientError  # read timeouts, connections closed mid-answer
+
+        endpoint = config.endpoint_url or "the default AWS S3 endpoint"
+        with self._s3_guard:
+            until = self._s3_down.get(endpoint)
+        if until is not None and time.monotonic() < until:
+            raise S3Unresponsive(
+                f"S3 endpoint {endpoint} did not answer within {self.s3_limits.worst_case_seconds():g}s on an earlier call; "
+                f"not called again before {self.s3_limits.unresponsive_seconds:g}s have passed")
+        try:
+            return call()
+        except (BotoConnectionError, HTTPClientError):  # timeouts, refused, DNS: the endpoint is not answering
+            with self._s3_guard:
+                self._s3_down[endpoint] = time.monotonic() + self.s3_limits.unresponsive_seconds
+            log.warning("S3 endpoint did not answer endpoint=%s unresponsiveSeconds=%g", endpoint, self.s3_limits.unresponsive_seconds)
+            raise
