@@ -46,7 +46,7 @@ class S3Config:
     secret_access_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
     max_concurrency: int = 8
-    max_attempts: int = 5
+    max_attempts: int = 5  # botocore's retries["max_attempts"]: retries after the first attempt
     connect_timeout: float | None = None  # seconds; None: botocore's default (60)
     read_timeout: float | None = None  # seconds; None: botocore's default (60)
     anonymous: bool = False  # unsigned requests: no credentials at all, not even the default chain's

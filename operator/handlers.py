@@ -51,6 +51,7 @@ class Settings:
     layout: RuntimeLayout = field(default_factory=RuntimeLayout)
     repartition_supported: bool = True
     s3_limits: S3Limits = field(default_factory=S3Limits)
+    write_timeout: float | None = None  # seconds a status write may take (the Lease margin); None: the client's own
     timer_seconds: float = TIMER_SECONDS
     fence: Callable[[], None] = no_fence  # LeaderElector.ensure_leading when elected
 
@@ -103,7 +104,7 @@ def reconcile(namespace: str, name: str) -> Decision | None:
     event within that pass, and raises ``PassFailed`` when the pass could not finish.
     """
     clients = _clients()
-    actor = Actor(clients, SETTINGS.fence)
+    actor = Actor(clients, SETTINGS.fence, SETTINGS.write_timeout)
     with _lock(namespace, name):
         decision: Decision | None = None
         for _ in range(MAX_PASSES):
@@ -114,25 +115,29 @@ def reconcile(namespace: str, name: str) -> Decision | None:
             meta = body["metadata"]
             owner = Owner(name, namespace, meta["uid"])
             generation = int(meta.get("generation") or 1)
+            version: str | None = meta.get("resourceVersion")  # every status write of this pass is conditional on it
             status = _status_of(body)
             now = datetime.now(timezone.utc)
             try:
                 spec = parse_spec(body.get("spec"))
             except SpecError as err:
                 # a spec stored before a stricter CRD (an operator upgrade): said in status and an event, never acted on
-                _report(actor, owner, status, [Problem("InvalidSpec", str(err))], now, generation)
+                _report(actor, owner, status, [Problem("InvalidSpec", str(err))], now, generation, version)
                 raise kopf.PermanentError(str(err)) from None
             try:
                 observations = observe(clients, body, spec, status, now, SETTINGS.repartition_supported)
             except Exception as err:
-                _report(actor, owner, status, [describe_error(err, "reading the job's driver pods")], now, generation)
+                _report(actor, owner, status, [describe_error(err, "reading the job's driver pods")], now, generation, version)
                 raise PassFailed(str(err)) from err
             decision = decide(spec, status, observations, now)
             metrics.record_pass(namespace, name, status, decision.status, decision.events, now)
             if decision.status != status:
                 try:
-                    actor.write_status(owner, decision.status)  # the write-ahead log: before any action
+                    version = actor.write_status(owner, decision.status, version)  # the write-ahead log: before any action
                 except Exception as err:  # nothing may be acted on that status does not record
+                    if getattr(err, "status", None) == 409:  # written since this pass read it: decide again on a fresh read
+                        log.info("Status changed since read streamjob=%s/%s resourceVersion=%s; passing again", namespace, name, version)
+                        continue
                     _post(actor, owner, [Event("Warning", "StatusWriteFailed", describe_error(err, "writing status").message)])
                     raise PassFailed(str(err)) from err
             # a pass's events follow its status write, as its actions do: an event tells of a transition that status
@@ -144,14 +149,14 @@ def reconcile(namespace: str, name: str) -> Decision | None:
             acted, problems = _act(actor, owner, spec, decision, observations)
             # at most one more status write, after acting: what the actions learned and what failed
             if problems:
-                _report(actor, owner, acted, problems, now, generation)
+                _report(actor, owner, acted, problems, now, generation, version)
             elif acted.reconcile_error is not None and not observations.problems:
                 # the pass that failed before went through: clear the error, and decide Degraded again at once
-                _write(actor, owner, acted.model_copy(update={"reconcile_error": None}))
+                _write(actor, owner, acted.model_copy(update={"reconcile_error": None}), version)
                 log.info("Cleared reconcile error streamjob=%s/%s reason=%s", namespace, name, acted.reconcile_error.reason)
                 continue
             elif acted != decision.status:
-                _write(actor, owner, acted)
+                _write(actor, owner, acted, version)
             if decision.deletion_done:
                 metrics.forget_job(namespace, name)
                 break
@@ -167,19 +172,20 @@ def _post(actor: Actor, owner: Owner, events: Iterable[Event]) -> None:
         actor.emit(owner, event)
 
 
-def _write(actor: Actor, owner: Owner, status: StreamJobStatus) -> None:
+def _write(actor: Actor, owner: Owner, status: StreamJobStatus, version: str | None = None) -> None:
     try:
-        actor.write_status(owner, status)
+        actor.write_status(owner, status, version)
     except Exception as err:
         log.warning("Failed to write status streamjob=%s/%s error=%s", owner.namespace, owner.name, err)
 
 
-def _report(actor: Actor, owner: Owner, status: StreamJobStatus, problems: list[Problem], now: datetime, generation: int) -> None:
+def _report(actor: Actor, owner: Owner, status: StreamJobStatus, problems: list[Problem], now: datetime, generation: int,
+            version: str | None = None) -> None:
     """What the API server or S3 refused: into status (reconcileError, Degraded) and an event."""
     for problem in problems:
         log.warning("Failed pass streamjob=%s/%s reason=%s error=%s", owner.namespace, owner.name, problem.reason, problem.message)
     reported, events = record_problems(status, problems, now, generation)
-    _write(actor, owner, reported)
+    _write(actor, owner, reported, version)
     _post(actor, owner, events)
 
 

@@ -159,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not elector.wait_until_leading():
             return 1
         handlers.SETTINGS.fence = elector.ensure_leading
+        handlers.SETTINGS.write_timeout = timings.write_timeout()
     metrics.LEADER.set(1)  # losing the Lease ends the process (lease.py): no path back to 0 while serving
     namespaces = args.namespace
     log.info("Started operator namespaces=%s leaderElection=%s driverScript=%s",

@@ -92,15 +92,25 @@ class Actor:
     """Every write of a pass goes through here; ``fence`` runs first and raises when this replica may not write
     (``LeaderElector.ensure_leading``: a replica past its Lease deadline steps down instead of writing)."""
 
-    def __init__(self, clients: Clients, fence: Callable[[], None] = no_fence) -> None:
+    def __init__(self, clients: Clients, fence: Callable[[], None] = no_fence, write_timeout: float | None = None) -> None:
         self.clients = clients
         self.fence = fence
+        self.write_timeout = write_timeout  # Timings.write_timeout() under leader election
 
     # --- status and events -------------------------------------------------------------------
-    def write_status(self, owner: Owner, status: StreamJobStatus) -> None:
-        body = {"status": status.model_dump(mode="json", by_alias=True)}
+    def write_status(self, owner: Owner, status: StreamJobStatus, resource_version: str | None = None) -> str | None:
+        """Writes status; with ``resource_version`` only onto that version of the object (the API server answers
+        409 Conflict when another writer came between: the pass's write-ahead record is then not written over
+        a newer one, and the pass is retried from a fresh read). Returns the object's new resourceVersion."""
+        body: dict[str, Any] = {"status": status.model_dump(mode="json", by_alias=True)}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         self.fence()
-        self.clients.custom.patch_namespaced_custom_object_status(API_GROUP, API_VERSION, owner.namespace, PLURAL, owner.name, body)
+        extra: dict[str, Any] = {"_request_timeout": self.write_timeout} if self.write_timeout else {}
+        written = self.clients.custom.patch_namespaced_custom_object_status(
+            API_GROUP, API_VERSION, owner.namespace, PLURAL, owner.name, body, **extra)
+        version = (written or {}).get("metadata", {}).get("resourceVersion") if isinstance(written, dict) else None
+        return str(version) if version else None
 
     def emit(self, owner: Owner, event: Event) -> None:
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -49,8 +49,10 @@ class S3Limits:
     ambient_credentials: bool = False  # lend the operator's own identity to jobs without credentialsSecret
 
     def worst_case_seconds(self) -> float:
-        """The longest one S3 call may take (every attempt connects, then waits its read timeout)."""
-        return self.max_attempts * (self.connect_timeout_seconds + self.read_timeout_seconds)
+        """The longest one S3 request may wait on the endpoint: every attempt times out, plus botocore's
+        "standard" backoff between attempts (at most 2**i s before retry i)."""
+        backoff = sum(min(2.0**i, 20.0) for i in range(1, self.max_attempts))
+        return self.max_attempts * (self.connect_timeout_seconds + self.read_timeout_seconds) + backoff
 
 
 class S3Unresponsive(Exception):
@@ -181,7 +183,7 @@ class Clients:
             path_style=s3.path_style_access if s3 is not None else True,
             access_key_id=access,
             secret_access_key=secret_key,
-            max_attempts=limits.max_attempts,
+            max_attempts=limits.max_attempts - 1,  # botocore's retries: attempts after the first
             connect_timeout=limits.connect_timeout_seconds,
             read_timeout=limits.read_timeout_seconds,
             anonymous=borrowed and not limits.ambient_credentials,

@@ -43,6 +43,11 @@ class Timings:
         timings.check()
         return timings
 
+    def write_timeout(self) -> float:
+        """How long one status write may take: the margin between the leader stopping (a renewal older than
+        renew_deadline) and a standby taking over (lease_seconds), so a write never lands after a handover."""
+        return self.lease_seconds - self.renew_deadline
+
     def check(self) -> None:
         if not self.lease_seconds >= 1:
             raise TimingError(f"--lease-seconds: must be at least 1 (got {self.lease_seconds:g})")

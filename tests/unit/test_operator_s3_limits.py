@@ -88,6 +88,7 @@ def test_a_blackholed_endpoint_costs_one_bounded_wait_then_none(blackhole: str) 
         clients.s3_call(config, lambda: latest_completed_batch("s3://tenant/checkpoints/wc", s3=config))
     took = time.monotonic() - started
     assert "timeout" in type(first.value).__name__.lower() or "timed out" in str(first.value), repr(first.value)
+    # + 2 s for making the client on a loaded machine; botocore's defaults would wait 60 s per attempt, 3 attempts
     assert took < LIMITS.worst_case_seconds() + 2, f"the call took {took:.1f}s; the bound is {LIMITS.worst_case_seconds()}s"
 
     # the next job on that endpoint does not wait again
