@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from test_decide import (
-    BASE,
     CK,
     NEW_IMAGE,
     NEW_JSON,
