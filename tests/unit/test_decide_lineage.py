@@ -36,7 +36,7 @@ from streamjob_contract.exitcodes import ExitCode
 from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator.api.spec import StreamJobSpec
 from streamjob_operator.api.status import CheckpointInfo, SavepointInfo, StreamJobStatus
-from streamjob_operator.reconcile.decide import decide, hash_text, spec_hash
+from streamjob_operator.reconcile.decide import decide, hash_text, spec_hash, spec_json
 from streamjob_operator.reconcile.model import CreateDriver, EnsureSupportObjects, JobProgress, Observations, SavepointManifest
 
 SP_42 = SavepointInfo(path=UPGRADE_SP, batch_id=42, time=at(-60), trigger="upgrade")
@@ -123,6 +123,24 @@ CASES = [
         obs(job=None),
         Expect(op=("upgrade", "Deploying"), actions=[EnsureSupportObjects, CreateDriver], status={"restored_from": OLD_SP}),
         id="savepointRedeployNonce restores the savepoint the user named, however old: the documented way out",
+    ),
+    pytest.param(
+        REDEPLOY,
+        with_op(upgrading(savepoint_history=[SP_42, SavepointInfo(path=OLD_SP, batch_id=10, time=at(-9000))]),
+                kind="upgrade", phase="Stopping", savepoint_path=OLD_SP, restore_mode="savepoint"),
+        obs(job=None),
+        Expect(status={"last_checkpoint": CheckpointInfo(batch_id=10, time=T0)}),
+        id="a restore sets lastCheckpoint to the savepoint's batch: later checks compare with the restored lineage",
+    ),
+    pytest.param(
+        REDEPLOY,
+        with_op(upgraded(savepoint_history=[SP_42, SavepointInfo(path=OLD_SP, batch_id=10, time=at(-9000))],
+                         restored_from=OLD_SP, last_checkpoint=CheckpointInfo(batch_id=10, time=at(-30)),
+                         last_reconciled_spec=spec_json(REDEPLOY)),
+                kind="upgrade", phase="Deploying", savepoint_path=OLD_SP, restore_mode="savepoint", deadline=at(100)),
+        obs(failed("wc-driver-2", message="ImportError"), job=None, checkpoint_batch=10),
+        Expect(state=LifecycleState.rolling_back, op=("rollback", "Stopping"), events=["RollingBack"]),
+        id="a driver restored from an older savepoint the user named that exits before a batch past it is rolled back",
     ),
     pytest.param(
         make_spec(upgradeMode="savepoint"),

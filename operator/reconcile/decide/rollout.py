@@ -12,7 +12,7 @@ import json
 
 from streamjob_operator.api.spec import StreamJobSpec, UpgradeMode
 from streamjob_contract.lifecycle import LifecycleState
-from streamjob_operator.api.status import OpKind, Operation, Phase
+from streamjob_operator.api.status import CheckpointInfo, OpKind, Operation, Phase
 
 from .. import names
 from ..model import CreateDriver, DriverPod, EnsureSupportObjects, PodPhase
@@ -39,6 +39,9 @@ def enter_deploying(p: Pass, op: Operation, deploy_spec_json: str) -> None:
     if mode is UpgradeMode.savepoint and op.savepoint_path:
         checkpoint, restored = names.checkpoint_location(base, p.obs.name, p.obs.uid, epoch), op.savepoint_path
         how = f"restoring savepoint {restored} into {checkpoint}"
+        saved = lineage.savepoint_batch(p, restored)
+        if saved is not None:  # the new checkpoint starts at the savepoint's batch: the job's lineage now ends there
+            p.update(last_checkpoint=CheckpointInfo(batch_id=saved, time=p.t()))
     elif mode is UpgradeMode.last_state and p.st.checkpoint_location:
         checkpoint, restored = p.st.checkpoint_location, p.st.restored_from
         batch = p.st.last_checkpoint.batch_id if p.st.last_checkpoint else None
