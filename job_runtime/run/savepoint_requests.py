@@ -225,6 +225,15 @@ class SavepointOps:
     def _savepoint_while_running(self, record: SavepointRecord) -> None:
         try:
             batch_id = self._write_savepoint(record.path)
+        except ManifestAttemptedError as err:
+            if not err.present:
+                self._finish_savepoint(record, error=describe(err))
+                log.error("failed savepoint job=%s id=%s path=%s error=%s", self.settings.job_id, record.id, record.path, describe(err))
+                return
+            # the manifest is there: the savepoint is complete, whatever the call said (as the operator will read it)
+            batch_id = err.manifest.batch_id
+            log.warning("completed savepoint job=%s id=%s path=%s batchId=%d although its write raised: %s",
+                        self.settings.job_id, record.id, record.path, batch_id, err.detail)
         except Exception as err:
             self._finish_savepoint(record, error=describe(err))
             log.error("failed savepoint job=%s id=%s path=%s error=%s", self.settings.job_id, record.id, record.path, describe(err))

@@ -194,7 +194,7 @@ class Clients:
         from botocore.exceptions import ConnectionError as BotoConnectionError  # type: ignore[import-untyped]
         from botocore.exceptions import HTTPClientError  # read timeouts, connections closed mid-answer
 
-        endpoint = config.endpoint_url or "the default AWS S3 endpoint"
+        endpoint = config.endpoint_url or f"AWS S3 in {config.region or 'us-east-1'}"
         with self._s3_guard:
             until = self._s3_down.get(endpoint)
         if until is not None and time.monotonic() < until:
