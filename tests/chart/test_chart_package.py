@@ -104,3 +104,19 @@ def test_values_for_a_real_cluster_reach_the_objects(packaged: Path):
 def test_budget_can_be_switched_off(packaged: Path):
     docs = render(packaged, "replicas=2", "podDisruptionBudget.enabled=false")
     assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+
+
+def s3_limits_of(docs: list[dict[str, Any]]) -> Any:
+    """The operator's S3 settings as its own parser reads the rendered Deployment's args."""
+    from streamjob_operator.main import build_parser
+
+    [container] = one(docs, "Deployment", "streamjob-operator")["spec"]["template"]["spec"]["containers"]
+    return build_parser().parse_args([a for a in container["args"] if a.startswith("--s3-")])
+
+
+def test_s3_values_reach_the_operator_and_lend_no_identity_by_default(packaged: Path):
+    default = s3_limits_of(render(packaged))
+    assert not default.s3_ambient_credentials
+    assert (default.s3_connect_timeout_seconds, default.s3_read_timeout_seconds, default.s3_max_attempts) == (3, 10, 2)
+    tuned = s3_limits_of(render(packaged, "s3.ambientCredentials=true", "s3.readTimeoutSeconds=4", "s3.unresponsiveSeconds=30"))
+    assert tuned.s3_ambient_credentials and tuned.s3_read_timeout_seconds == 4 and tuned.s3_unresponsive_seconds == 30
