@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +61,51 @@ def test_readiness_needs_a_batch_in_this_run() -> None:
 
 def test_a_plain_log_tail_keeps_its_last_lines() -> None:
     assert termination_message("a\nb\nc\nd\ne\nf\ng") == "c\nd\ne\nf\ng"
+
+
+class FakeClients:
+    """The Clients seam observe reads through: one running driver pod whose /status does not answer, local storage."""
+
+    def __init__(self, pods: list[dict]) -> None:
+        self.pods = pods
+
+    def driver_pods(self, namespace: str, job: str) -> list[dict]:
+        return self.pods
+
+    def driver_call(self, *_: object, **__: object) -> object:
+        from streamjob_operator.k8s.clients import DriverUnreachable
+
+        raise DriverUnreachable("GET /status: timed out")
+
+    def s3_config(self, namespace: str, spec: object) -> object:
+        from streamjob_contract.s3 import S3Config
+
+        return S3Config()
+
+    def s3_call(self, config: object, call: Callable[[], object]) -> object:
+        return call()
+
+
+@pytest.mark.parametrize("phase", ["AwaitingReady", "Deploying"])
+def test_an_unanswering_upgraded_driver_awaiting_readiness_has_its_checkpoint_read(phase: str, tmp_path: Path) -> None:
+    """decide.lineage needs the batch an upgraded driver committed even when its /status does not answer."""
+    from datetime import datetime, timezone
+
+    from streamjob_operator.api.spec import parse_spec
+    from streamjob_operator.api.status import Operation, StreamJobStatus
+    from streamjob_operator.reconcile.observe import observe
+
+    checkpoint = tmp_path / "run-2"
+    (checkpoint / "commits").mkdir(parents=True)
+    for batch in (42, 49, 50):
+        (checkpoint / "commits" / str(batch)).write_text("v1\n{}\n")
+    running = pod("Running")
+    running["status"]["podIP"] = "10.0.0.9"
+    spec = parse_spec({"image": "i:1", "job": {"entrypoint": "m:f"}, "checkpoint": {"location": tmp_path.as_uri()}})
+    status = StreamJobStatus(driver_pod="wc-driver-2", driver_epoch=2, checkpoint_location=checkpoint.as_uri(),
+                             operation=Operation(kind="upgrade", phase=phase, savepoint_path="s3://b/sp", restore_mode="savepoint"))
+    body = {"metadata": {"name": "wc", "namespace": "ns", "uid": "u", "generation": 2}}
+    seen = observe(FakeClients([running]), body, spec, status, datetime.now(timezone.utc), True)  # type: ignore[arg-type]
+    assert seen.job is not None and not seen.job.reachable
+    # awaiting readiness: the checkpoint says what /status could not; while deploying, nothing is compared yet
+    assert seen.checkpoint_batch == (50 if phase == "AwaitingReady" else None)
