@@ -21,6 +21,7 @@ from typing import Any
 
 import kopf
 
+from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator import metrics
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, DeletionSpec, SpecError, StreamJobSpec, parse_spec
 from streamjob_operator.api.status import StreamJobStatus
@@ -32,7 +33,7 @@ from streamjob_operator.reconcile import names
 from streamjob_operator.reconcile.decide import decide
 from streamjob_operator.reconcile.decide.conditions import record_problems
 from streamjob_operator.reconcile.decide.context import FORCE_DELETE_GRACE_SECONDS
-from streamjob_operator.reconcile.model import Decision, Event, Observations, Problem
+from streamjob_operator.reconcile.model import Decision, Event, Observations, PodPhase, Problem
 from streamjob_operator.reconcile.observe import observe
 from streamjob_operator.reconcile.policy import parse_time
 
@@ -40,6 +41,10 @@ log = logging.getLogger("streamjob_operator")
 
 MAX_PASSES = 12  # passes chained in one handler call while each asks to go on at once
 TIMER_SECONDS = 2.0
+SETTLED_STATES = frozenset({LifecycleState.suspended, LifecycleState.failed, LifecycleState.finished})
+ENDED_PHASES = frozenset({PodPhase.failed, PodPhase.succeeded})
+IDLE_SECONDS = 60.0  # between timer passes of a settled job with no driver (suspended, failed, finished)
+WORKERS = 16
 FAILED_PASS_RETRY_SECONDS = 5.0
 DELETION_SLACK_SECONDS = 30  # beyond decide's own forced deletion, before the glue gives up on failing passes
 
@@ -51,6 +56,8 @@ class Settings:
     layout: RuntimeLayout = field(default_factory=RuntimeLayout)
     repartition_supported: bool = True
     timer_seconds: float = TIMER_SECONDS
+    idle_seconds: float = IDLE_SECONDS
+    workers: int = WORKERS
     fence: Callable[[], None] = no_fence  # LeaderElector.ensure_leading when elected
 
 
@@ -58,6 +65,9 @@ SETTINGS = Settings()
 _state: dict[str, Any] = {}
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
+# monotonic time before which the timer skips a settled job without a driver: no request at all for it. Any
+# other trigger (a spec change, a driver pod event, deletion) runs a pass at once and re-decides the gate.
+_idle_until: dict[tuple[str, str], float] = {}
 
 
 def _clients() -> Clients:
@@ -105,10 +115,12 @@ def reconcile(namespace: str, name: str) -> Decision | None:
     actor = Actor(clients, SETTINGS.fence)
     with _lock(namespace, name):
         decision: Decision | None = None
+        observations: Observations | None = None
         for _ in range(MAX_PASSES):
             body = clients.get_streamjob(namespace, name)
             if body is None:
                 metrics.forget_job(namespace, name)
+                _idle_until.pop((namespace, name), None)
                 return None
             meta = body["metadata"]
             owner = Owner(name, namespace, meta["uid"])
@@ -156,7 +168,34 @@ def reconcile(namespace: str, name: str) -> Decision | None:
                 break
             if decision.requeue_after != 0:
                 break
+        _gate(namespace, name, decision, observations)
         return decision
+
+
+def settled(decision: Decision, observations: Observations) -> bool:
+    """A job nothing is pending for: a terminal state with no live driver (a failed or succeeded pod kept for its
+    logs changes only by an event), no operation, error or requeue hint; its next pass can wait for a trigger
+    (spec change, driver pod event) or the idle interval."""
+    st = decision.status
+    return (
+        st.state is not None and st.state in SETTLED_STATES and st.operation is None and st.reconcile_error is None
+        and decision.requeue_after is None and not decision.actions and not observations.problems
+        and all(pod.phase in ENDED_PHASES and not pod.deleting for pod in observations.drivers)
+    )
+
+
+def _gate(namespace: str, name: str, decision: Decision | None, observations: Observations | None) -> None:
+    key = (namespace, name)
+    if decision is not None and observations is not None and settled(decision, observations):
+        _idle_until[key] = time.monotonic() + SETTINGS.idle_seconds
+    else:
+        _idle_until.pop(key, None)
+
+
+def due(namespace: str, name: str) -> bool:
+    """False while a settled job's idle interval runs (the timer then makes no request for it)."""
+    until = _idle_until.get((namespace, name))
+    return until is None or time.monotonic() >= until
 
 
 def _post(actor: Actor, owner: Owner, events: Iterable[Event]) -> None:
@@ -212,7 +251,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")
     settings.posting.level = logging.WARNING
-    settings.execution.max_workers = 16
+    settings.execution.max_workers = SETTINGS.workers
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
 
@@ -253,7 +292,9 @@ def on_change(namespace: str | None, name: str, **_: Any) -> None:
 
 @kopf.timer(API_GROUP, API_VERSION, PLURAL, interval=TIMER_SECONDS, sharp=False)
 def on_timer(namespace: str | None, name: str, **_: Any) -> None:
-    _run(namespace or "default", name)
+    ns = namespace or "default"
+    if due(ns, name):
+        _run(ns, name)
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_ROLE: names.ROLE_DRIVER, names.LABEL_MANAGED_BY: names.MANAGED_BY})

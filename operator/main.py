@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runtime-command", default=os.environ.get("STREAMJOB_RUNTIME_COMMAND", RuntimeLayout.runtime_command),
                         help="the job runtime's command inside the runtime image (the driver container's main process)")
     parser.add_argument("--control-port", type=int, default=RuntimeLayout.control_port, help="driver control endpoint port")
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("STREAMJOB_WORKERS", "16")),
+                        help="reconcile passes of different jobs that run at once (passes of one job are serialised)")
+    parser.add_argument("--idle-poll-seconds", type=float, default=float(os.environ.get("STREAMJOB_IDLE_POLL_SECONDS", "60")),
+                        help="between timer passes of a settled job with no driver (suspended, failed, finished); "
+                        "a spec change or a driver pod event still runs a pass at once")
     parser.add_argument("--no-state-repartition", dest="repartition", action="store_false",
                         help="refuse statePartitions changes up front (runtime images whose Spark cannot repartition state)")
     return parser
@@ -102,6 +107,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(err))
     handlers.SETTINGS.layout = RuntimeLayout(runtime_command=args.runtime_command, control_port=args.control_port)
     handlers.SETTINGS.repartition_supported = args.repartition
+    if args.workers < 1:
+        parser.error("--workers: must be >= 1")
+    if args.idle_poll_seconds < handlers.TIMER_SECONDS:
+        parser.error(f"--idle-poll-seconds: must be >= {handlers.TIMER_SECONDS:g} (the timer's interval)")
+    handlers.SETTINGS.workers = args.workers
+    handlers.SETTINGS.idle_seconds = args.idle_poll_seconds
 
     if args.metrics_address:
         try:
