@@ -26,6 +26,7 @@ from streamjob_operator import metrics
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, DeletionSpec, SpecError, StreamJobSpec, parse_spec
 from streamjob_operator.api.status import StreamJobStatus
 from streamjob_operator.k8s.act import ActionFailed, Actor, Outcome, describe_action, no_fence
+from streamjob_operator.k8s.cache import ReadCache
 from streamjob_operator.k8s.clients import Clients, load_api_client
 from streamjob_operator.k8s.errors import describe_error
 from streamjob_operator.k8s.resources import Owner, RuntimeLayout
@@ -58,6 +59,7 @@ class Settings:
     timer_seconds: float = TIMER_SECONDS
     idle_seconds: float = IDLE_SECONDS
     workers: int = WORKERS
+    read_cache: bool = True  # passes read StreamJobs and driver pods from the watches (k8s.cache)
     fence: Callable[[], None] = no_fence  # LeaderElector.ensure_leading when elected
 
 
@@ -72,7 +74,7 @@ _idle_until: dict[tuple[str, str], float] = {}
 
 def _clients() -> Clients:
     if "clients" not in _state:
-        _state["clients"] = Clients(load_api_client(), SETTINGS.layout)
+        _state["clients"] = Clients(load_api_client(), SETTINGS.layout, cache=ReadCache(SETTINGS.read_cache))
     clients: Clients = _state["clients"]
     return clients
 
@@ -120,6 +122,7 @@ def reconcile(namespace: str, name: str) -> Decision | None:
             body = clients.get_streamjob(namespace, name)
             if body is None:
                 metrics.forget_job(namespace, name)
+                clients.cache.forget(namespace, name)
                 _idle_until.pop((namespace, name), None)
                 return None
             meta = body["metadata"]
@@ -283,24 +286,36 @@ def _run(namespace: str, name: str) -> Decision | None:
         raise kopf.TemporaryError(f"pass failed: {err}", delay=FAILED_PASS_RETRY_SECONDS) from None
 
 
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL)
+def on_streamjob_event(type: str | None, body: kopf.Body, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
+    """Every version of every StreamJob the watch delivers goes into the read cache (no pass runs here)."""
+    _clients().cache.saw_job(dict(body), deleted=type == "DELETED")
+
+
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL)
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL)
-def on_change(namespace: str | None, name: str, **_: Any) -> None:
+def on_change(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> None:
+    _clients().cache.saw_job(dict(body))
     _run(namespace or "default", name)
 
 
 @kopf.timer(API_GROUP, API_VERSION, PLURAL, interval=TIMER_SECONDS, sharp=False)
-def on_timer(namespace: str | None, name: str, **_: Any) -> None:
+def on_timer(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> None:
     ns = namespace or "default"
     if due(ns, name):
+        _clients().cache.saw_job(dict(body))
         _run(ns, name)
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_ROLE: names.ROLE_DRIVER, names.LABEL_MANAGED_BY: names.MANAGED_BY})
-def on_driver_pod(namespace: str | None, labels: Mapping[str, str], type: str, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
+def on_driver_pod(namespace: str | None, labels: Mapping[str, str], type: str | None, body: kopf.Body,  # noqa: A002
+                  **_: Any) -> None:
     job = labels.get(names.LABEL_JOB)
-    if job and namespace and type is not None:  # type None: the initial listing, covered by on.resume
+    if not job or not namespace:
+        return
+    _clients().cache.saw_pod(job, dict(body), deleted=type == "DELETED")
+    if type is not None:  # type None: the initial listing, covered by on.resume
         measured(namespace, job)
 
 

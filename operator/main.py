@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--idle-poll-seconds", type=float, default=float(os.environ.get("STREAMJOB_IDLE_POLL_SECONDS", "60")),
                         help="between timer passes of a settled job with no driver (suspended, failed, finished); "
                         "a spec change or a driver pod event still runs a pass at once")
+    parser.add_argument("--no-read-cache", dest="read_cache", action="store_false",
+                        help="read each job and its driver pods with a request every pass instead of from the watches")
     parser.add_argument("--no-state-repartition", dest="repartition", action="store_false",
                         help="refuse statePartitions changes up front (runtime images whose Spark cannot repartition state)")
     return parser
@@ -113,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--idle-poll-seconds: must be >= {handlers.TIMER_SECONDS:g} (the timer's interval)")
     handlers.SETTINGS.workers = args.workers
     handlers.SETTINGS.idle_seconds = args.idle_poll_seconds
+    handlers.SETTINGS.read_cache = args.read_cache
 
     if args.metrics_address:
         try:

@@ -100,7 +100,10 @@ class Actor:
     def write_status(self, owner: Owner, status: StreamJobStatus) -> None:
         body = {"status": status.model_dump(mode="json", by_alias=True)}
         self.fence()
-        self.clients.custom.patch_namespaced_custom_object_status(API_GROUP, API_VERSION, owner.namespace, PLURAL, owner.name, body)
+        written = self.clients.custom.patch_namespaced_custom_object_status(
+            API_GROUP, API_VERSION, owner.namespace, PLURAL, owner.name, body)
+        if isinstance(written, dict):  # the object as stored: the next pass reads it, not an older watch event
+            self.clients.cache.saw_job(written)
 
     def emit(self, owner: Owner, event: Event) -> None:
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -165,6 +168,7 @@ class Actor:
         _exists_ok(lambda: core.create_namespaced_config_map(ns, resources.job_config_map(owner, spec, action.epoch)))
         pod = resources.driver_pod(owner, spec, action, self.clients.layout)
         self.fence()  # again, right before the write that must never come from a replaced leader
+        self.clients.cache.touched(ns, owner.name)  # the next pass lists: this pod's watch event may lag
         if _exists_ok(lambda: core.create_namespaced_pod(ns, pod)) is not None:
             log.info("Created driver pod streamjob=%s/%s pod=%s checkpoint=%s restoreFrom=%s",
                      ns, owner.name, action.pod, action.checkpoint_location, action.restore_from)
@@ -173,6 +177,7 @@ class Actor:
         kwargs: dict[str, Any] = {}
         if action.grace_seconds is not None:
             kwargs["grace_period_seconds"] = action.grace_seconds
+        self.clients.cache.touched(owner.namespace, owner.name)
         if _gone_ok(lambda: self.clients.core.delete_namespaced_pod(action.pod, owner.namespace, **kwargs)) is not None:
             log.info("Deleted driver pod streamjob=%s/%s pod=%s grace=%s", owner.namespace, owner.name, action.pod, action.grace_seconds)
 
