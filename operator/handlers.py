@@ -320,10 +320,12 @@ def on_driver_pod(namespace: str | None, labels: Mapping[str, str], type: str | 
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, PLURAL)
-def on_delete(namespace: str | None, name: str, meta: Mapping[str, Any], spec: Mapping[str, Any], **_: Any) -> None:
+def on_delete(namespace: str | None, name: str, meta: Mapping[str, Any], spec: Mapping[str, Any], body: kopf.Body,
+              **_: Any) -> None:
     """Deletion is bounded: past spec.deletion.timeoutSeconds (plus the force-delete grace) the finalizer is
     released even when every pass fails, with an event saying what was skipped."""
     ns = namespace or "default"
+    _clients().cache.saw_job(dict(body))  # its deletionTimestamp, whichever handler kopf runs first
     try:
         decision = measured(ns, name)
         if decision is None or decision.deletion_done:
