@@ -21,10 +21,12 @@ from typing import Any
 
 import kopf
 
+from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator import metrics
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, DeletionSpec, SpecError, StreamJobSpec, parse_spec
 from streamjob_operator.api.status import StreamJobStatus
 from streamjob_operator.k8s.act import ActionFailed, Actor, Outcome, describe_action, no_fence
+from streamjob_operator.k8s.cache import ReadCache
 from streamjob_operator.k8s.clients import Clients, S3Limits, load_api_client
 from streamjob_operator.k8s.errors import describe_error
 from streamjob_operator.k8s.resources import Owner, RuntimeLayout
@@ -32,7 +34,7 @@ from streamjob_operator.reconcile import names
 from streamjob_operator.reconcile.decide import decide
 from streamjob_operator.reconcile.decide.conditions import record_problems
 from streamjob_operator.reconcile.decide.context import FORCE_DELETE_GRACE_SECONDS
-from streamjob_operator.reconcile.model import Decision, Event, Observations, Problem
+from streamjob_operator.reconcile.model import Decision, Event, Observations, PodPhase, Problem
 from streamjob_operator.reconcile.observe import observe
 from streamjob_operator.reconcile.policy import parse_time
 
@@ -40,6 +42,10 @@ log = logging.getLogger("streamjob_operator")
 
 MAX_PASSES = 12  # passes chained in one handler call while each asks to go on at once
 TIMER_SECONDS = 2.0
+SETTLED_STATES = frozenset({LifecycleState.suspended, LifecycleState.failed, LifecycleState.finished})
+ENDED_PHASES = frozenset({PodPhase.failed, PodPhase.succeeded})
+IDLE_SECONDS = 60.0  # between timer passes of a settled job with no driver (suspended, failed, finished)
+WORKERS = 16
 FAILED_PASS_RETRY_SECONDS = 5.0
 DELETION_SLACK_SECONDS = 30  # beyond decide's own forced deletion, before the glue gives up on failing passes
 
@@ -53,6 +59,9 @@ class Settings:
     s3_limits: S3Limits = field(default_factory=S3Limits)
     write_timeout: float | None = None  # seconds a status write may take (the Lease margin); None: the client's own
     timer_seconds: float = TIMER_SECONDS
+    idle_seconds: float = IDLE_SECONDS
+    workers: int = WORKERS
+    read_cache: bool = True  # passes read StreamJobs and driver pods from the watches (k8s.cache)
     fence: Callable[[], None] = no_fence  # LeaderElector.ensure_leading when elected
 
 
@@ -60,11 +69,14 @@ SETTINGS = Settings()
 _state: dict[str, Any] = {}
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
+# monotonic time before which the timer skips a settled job without a driver: no request at all for it. Any
+# other trigger (a spec change, a driver pod event, deletion) runs a pass at once and re-decides the gate.
+_idle_until: dict[tuple[str, str], float] = {}
 
 
 def _clients() -> Clients:
     if "clients" not in _state:
-        _state["clients"] = Clients(load_api_client(), SETTINGS.layout, SETTINGS.s3_limits)
+        _state["clients"] = Clients(load_api_client(), SETTINGS.layout, SETTINGS.s3_limits, cache=ReadCache(SETTINGS.read_cache))
     clients: Clients = _state["clients"]
     return clients
 
@@ -107,10 +119,15 @@ def reconcile(namespace: str, name: str) -> Decision | None:
     actor = Actor(clients, SETTINGS.fence, SETTINGS.write_timeout)
     with _lock(namespace, name):
         decision: Decision | None = None
+        observations: Observations | None = None
+        fresh = False  # a GET instead of the read cache: after a conflict, the cache may be the stale side
         for _ in range(MAX_PASSES):
-            body = clients.get_streamjob(namespace, name)
+            body = clients.get_streamjob(namespace, name, fresh=fresh)
+            fresh = False
             if body is None:
                 metrics.forget_job(namespace, name)
+                clients.cache.forget(namespace, name)
+                _idle_until.pop((namespace, name), None)
                 return None
             meta = body["metadata"]
             owner = Owner(name, namespace, meta["uid"])
@@ -137,6 +154,7 @@ def reconcile(namespace: str, name: str) -> Decision | None:
                 except Exception as err:  # nothing may be acted on that status does not record
                     if getattr(err, "status", None) == 409:  # written since this pass read it: decide again on a fresh read
                         log.info("Status changed since read streamjob=%s/%s resourceVersion=%s; passing again", namespace, name, version)
+                        fresh = True
                         continue
                     _post(actor, owner, [Event("Warning", "StatusWriteFailed", describe_error(err, "writing status").message)])
                     raise PassFailed(str(err)) from err
@@ -162,7 +180,34 @@ def reconcile(namespace: str, name: str) -> Decision | None:
                 break
             if decision.requeue_after != 0:
                 break
+        _gate(namespace, name, decision, observations)
         return decision
+
+
+def settled(decision: Decision, observations: Observations) -> bool:
+    """A job nothing is pending for: a terminal state with no live driver (a failed or succeeded pod kept for its
+    logs changes only by an event), no operation, error or requeue hint; its next pass can wait for a trigger
+    (spec change, driver pod event) or the idle interval."""
+    st = decision.status
+    return (
+        st.state is not None and st.state in SETTLED_STATES and st.operation is None and st.reconcile_error is None
+        and decision.requeue_after is None and not decision.actions and not observations.problems
+        and all(pod.phase in ENDED_PHASES and not pod.deleting for pod in observations.drivers)
+    )
+
+
+def _gate(namespace: str, name: str, decision: Decision | None, observations: Observations | None) -> None:
+    key = (namespace, name)
+    if decision is not None and observations is not None and settled(decision, observations):
+        _idle_until[key] = time.monotonic() + SETTINGS.idle_seconds
+    else:
+        _idle_until.pop(key, None)
+
+
+def due(namespace: str, name: str) -> bool:
+    """False while a settled job's idle interval runs (the timer then makes no request for it)."""
+    until = _idle_until.get((namespace, name))
+    return until is None or time.monotonic() >= until
 
 
 def _post(actor: Actor, owner: Owner, events: Iterable[Event]) -> None:
@@ -219,7 +264,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")
     settings.posting.level = logging.WARNING
-    settings.execution.max_workers = 16
+    settings.execution.max_workers = SETTINGS.workers
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
 
@@ -251,30 +296,46 @@ def _run(namespace: str, name: str) -> Decision | None:
         raise kopf.TemporaryError(f"pass failed: {err}", delay=FAILED_PASS_RETRY_SECONDS) from None
 
 
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL)
+def on_streamjob_event(type: str | None, body: kopf.Body, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
+    """Every version of every StreamJob the watch delivers goes into the read cache (no pass runs here)."""
+    _clients().cache.saw_job(dict(body), deleted=type == "DELETED")
+
+
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL)
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL)
-def on_change(namespace: str | None, name: str, **_: Any) -> None:
+def on_change(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> None:
+    _clients().cache.saw_job(dict(body))
     _run(namespace or "default", name)
 
 
 @kopf.timer(API_GROUP, API_VERSION, PLURAL, interval=TIMER_SECONDS, sharp=False)
-def on_timer(namespace: str | None, name: str, **_: Any) -> None:
-    _run(namespace or "default", name)
+def on_timer(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> None:
+    ns = namespace or "default"
+    if due(ns, name):
+        _clients().cache.saw_job(dict(body))
+        _run(ns, name)
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_ROLE: names.ROLE_DRIVER, names.LABEL_MANAGED_BY: names.MANAGED_BY})
-def on_driver_pod(namespace: str | None, labels: Mapping[str, str], type: str, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
+def on_driver_pod(namespace: str | None, labels: Mapping[str, str], type: str | None, body: kopf.Body,  # noqa: A002
+                  **_: Any) -> None:
     job = labels.get(names.LABEL_JOB)
-    if job and namespace and type is not None:  # type None: the initial listing, covered by on.resume
+    if not job or not namespace:
+        return
+    _clients().cache.saw_pod(job, dict(body), deleted=type == "DELETED")
+    if type is not None:  # type None: the initial listing, covered by on.resume
         measured(namespace, job)
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, PLURAL)
-def on_delete(namespace: str | None, name: str, meta: Mapping[str, Any], spec: Mapping[str, Any], **_: Any) -> None:
+def on_delete(namespace: str | None, name: str, meta: Mapping[str, Any], spec: Mapping[str, Any], body: kopf.Body,
+              **_: Any) -> None:
     """Deletion is bounded: past spec.deletion.timeoutSeconds (plus the force-delete grace) the finalizer is
     released even when every pass fails, with an event saying what was skipped."""
     ns = namespace or "default"
+    _clients().cache.saw_job(dict(body))  # its deletionTimestamp, whichever handler kopf runs first
     try:
         decision = measured(ns, name)
         if decision is None or decision.deletion_done:

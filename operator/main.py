@@ -63,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runtime-command", default=os.environ.get("STREAMJOB_RUNTIME_COMMAND", RuntimeLayout.runtime_command),
                         help="the job runtime's command inside the runtime image (the driver container's main process)")
     parser.add_argument("--control-port", type=int, default=RuntimeLayout.control_port, help="driver control endpoint port")
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("STREAMJOB_WORKERS", "16")),
+                        help="reconcile passes of different jobs that run at once (passes of one job are serialised)")
+    parser.add_argument("--idle-poll-seconds", type=float, default=float(os.environ.get("STREAMJOB_IDLE_POLL_SECONDS", "60")),
+                        help="between timer passes of a settled job with no driver (suspended, failed, finished); "
+                        "a spec change or a driver pod event still runs a pass at once")
+    parser.add_argument("--no-read-cache", dest="read_cache", action="store_false",
+                        help="read each job and its driver pods with a request every pass instead of from the watches")
     parser.add_argument("--no-state-repartition", dest="repartition", action="store_false",
                         help="refuse statePartitions changes up front (runtime images whose Spark cannot repartition state)")
     s3 = parser.add_argument_group("S3 (the operator's own reads of savepoint manifests and checkpoints, and retention)")
@@ -126,6 +133,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         unresponsive_seconds=args.s3_unresponsive_seconds,
         ambient_credentials=args.s3_ambient_credentials,
     )
+    if args.workers < 1:
+        parser.error("--workers: must be >= 1")
+    if args.idle_poll_seconds < handlers.TIMER_SECONDS:
+        parser.error(f"--idle-poll-seconds: must be >= {handlers.TIMER_SECONDS:g} (the timer's interval)")
+    handlers.SETTINGS.workers = args.workers
+    handlers.SETTINGS.idle_seconds = args.idle_poll_seconds
+    handlers.SETTINGS.read_cache = args.read_cache
 
     if args.metrics_address:
         try:

@@ -109,7 +109,10 @@ class Actor:
         extra: dict[str, Any] = {"_request_timeout": self.write_timeout} if self.write_timeout else {}
         written = self.clients.custom.patch_namespaced_custom_object_status(
             API_GROUP, API_VERSION, owner.namespace, PLURAL, owner.name, body, **extra)
-        version = (written or {}).get("metadata", {}).get("resourceVersion") if isinstance(written, dict) else None
+        if not isinstance(written, dict):
+            return None
+        self.clients.cache.saw_job(written)  # the object as stored: the next pass reads it, not an older watch event
+        version = written.get("metadata", {}).get("resourceVersion")
         return str(version) if version else None
 
     def emit(self, owner: Owner, event: Event) -> None:
@@ -175,6 +178,7 @@ class Actor:
         _exists_ok(lambda: core.create_namespaced_config_map(ns, resources.job_config_map(owner, spec, action.epoch)))
         pod = resources.driver_pod(owner, spec, action, self.clients.layout)
         self.fence()  # again, right before the write that must never come from a replaced leader
+        self.clients.cache.touched(ns, owner.name)  # the next pass lists: this pod's watch event may lag
         if _exists_ok(lambda: core.create_namespaced_pod(ns, pod)) is not None:
             log.info("Created driver pod streamjob=%s/%s pod=%s checkpoint=%s restoreFrom=%s",
                      ns, owner.name, action.pod, action.checkpoint_location, action.restore_from)
@@ -183,6 +187,7 @@ class Actor:
         kwargs: dict[str, Any] = {}
         if action.grace_seconds is not None:
             kwargs["grace_period_seconds"] = action.grace_seconds
+        self.clients.cache.touched(owner.namespace, owner.name)
         if _gone_ok(lambda: self.clients.core.delete_namespaced_pod(action.pod, owner.namespace, **kwargs)) is not None:
             log.info("Deleted driver pod streamjob=%s/%s pod=%s grace=%s", owner.namespace, owner.name, action.pod, action.grace_seconds)
 

@@ -29,6 +29,7 @@ from kubernetes.client.rest import ApiException
 
 from streamjob_contract.s3 import S3Config
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, StreamJobSpec
+from streamjob_operator.k8s.cache import ReadCache
 from streamjob_operator.k8s.resources import TOKEN_KEY, RuntimeLayout
 from streamjob_operator.reconcile import names
 
@@ -90,6 +91,7 @@ class Clients:
     _tokens: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
     _s3_down: dict[str, float] = field(default_factory=dict, repr=False)  # endpoint -> monotonic time it may be called again
     _s3_guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    cache: ReadCache = field(default_factory=ReadCache, repr=False)
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -104,19 +106,32 @@ class Clients:
         return client.RbacAuthorizationV1Api(self.api)
 
     # --- the StreamJob ---------------------------------------------------------------------
-    def get_streamjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_streamjob(self, namespace: str, name: str, fresh: bool = False) -> dict[str, Any] | None:
+        """The job's newest body the watch delivered (``cache``), else (or when ``fresh``) a GET."""
+        if not fresh:
+            cached = self.cache.job(namespace, name)
+            if cached is not None:
+                return cached
         try:
             body: dict[str, Any] = decode(
                 self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, name, _preload_content=False))
-            return body
         except ApiException as err:
             if err.status == 404:
+                self.cache.forget_job(namespace, name)
                 return None
             raise
+        self.cache.saw_job(body)
+        return body
 
     def driver_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
-        items = decode(self.core.list_namespaced_pod(namespace, label_selector=names.driver_selector(job), _preload_content=False))["items"]
-        return list(items)
+        """The job's driver pods: from the watch once listed (``cache``), else a LIST."""
+        cached = self.cache.pods(namespace, job)
+        if cached is not None:
+            return cached
+        listing = decode(self.core.list_namespaced_pod(namespace, label_selector=names.driver_selector(job), _preload_content=False))
+        items = list(listing["items"])
+        self.cache.listed(namespace, job, items, (listing.get("metadata") or {}).get("resourceVersion"))
+        return items
 
     # --- the driver's control endpoint --------------------------------------------------------
     def token(self, namespace: str, job: str) -> str | None:

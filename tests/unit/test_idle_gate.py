@@ -1,0 +1,99 @@
+"""The timer's idle gate (handlers.settled, handlers.due): which jobs the 2 s timer leaves alone.
+
+A settled job with no driver (suspended, failed, finished; nothing pending) gets a timer
+pass only every --idle-poll-seconds, so it costs no API request in between; every other
+job, and any job with a driver pod, an operation, an error or a requeue hint, keeps the
+2 s timer. The decisions come from the real ``decide``, two passes deep, as the glue runs it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from streamjob_contract.exitcodes import ExitCode
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator import handlers
+from streamjob_operator.api.spec import StreamJobSpec, parse_spec
+from streamjob_operator.api.status import StreamJobStatus
+from streamjob_operator.reconcile.decide import decide
+from streamjob_operator.reconcile.model import DriverPod, JobProgress, Observations, PodPhase, Problem
+
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def spec(**over: Any) -> StreamJobSpec:
+    return parse_spec({
+        "image": "ghcr.io/streamjob/streamjob-runtime:0.1.0",
+        "job": {"entrypoint": "jobs.wordcount:build"},
+        "checkpoint": {"location": "s3a://streamjob/checkpoints/wc"},
+        "s3": {"endpoint": "http://127.0.0.1:9000", "pathStyleAccess": True, "credentialsSecret": {"name": "s3"}},
+        "restartPolicy": {"type": "Never"},
+        **over,
+    })
+
+
+def observed(*drivers: DriverPod, job: JobProgress | None = None, problems: tuple[Problem, ...] = ()) -> Observations:
+    return Observations(name="wc", namespace="ns", uid="1234abcd-0000", generation=1, drivers=drivers, job=job, problems=problems)
+
+
+def settle(s: StreamJobSpec, *drivers: DriverPod, passes: int = 2, **kw: Any) -> tuple[bool, LifecycleState | None]:
+    """Runs decide ``passes`` times on its own status (as the glue chains passes); the gate's verdict on the last."""
+    status = StreamJobStatus()
+    for _ in range(passes):
+        decision = decide(s, status, observed(*drivers, **kw), NOW)
+        status = decision.status
+    return handlers.settled(decision, observed(*drivers, **kw)), status.state
+
+
+FAILED_POD = DriverPod(name="wc-driver-1", phase=PodPhase.failed, exit_code=1, exit_kind=ExitCode.FAILED, message="boom")
+RUNNING_POD = DriverPod(name="wc-driver-1", phase=PodPhase.running, ip="127.0.0.2")
+
+
+@pytest.mark.parametrize(("job", "drivers", "kw", "expected"), [
+    pytest.param(spec(state="suspended"), (), {}, True, id="created-suspended-idles"),
+    pytest.param(spec(), (), {}, False, id="a-job-to-deploy-keeps-the-timer"),
+    pytest.param(spec(), (RUNNING_POD,), {"job": JobProgress(reachable=True, ready=True, latest_completed_batch=3)}, False,
+                 id="a-driver-keeps-the-timer"),
+    pytest.param(spec(state="suspended"), (), {"problems": (Problem("S3Unreachable", "timed out"),)}, False,
+                 id="an-observe-problem-keeps-the-timer"),
+])
+def test_settled(job: StreamJobSpec, drivers: tuple[DriverPod, ...], kw: dict[str, Any], expected: bool) -> None:
+    verdict, state = settle(job, *drivers, **kw)
+    assert verdict is expected, f"state={state}"
+
+
+def test_a_failed_job_idles_with_its_ended_driver_pod_kept() -> None:
+    decision = decide(spec(), StreamJobStatus(), observed(), NOW)  # deploys the driver
+    status = decision.status
+    for _ in range(3):  # then the driver fails for good (restartPolicy Never)
+        decision = decide(spec(), status, observed(FAILED_POD), NOW)
+        status = decision.status
+    assert status.state == LifecycleState.failed
+    assert handlers.settled(decision, observed(FAILED_POD))  # an ended pod changes only by an event
+    assert not handlers.settled(decision, observed(RUNNING_POD))
+    gone = decide(spec(), status, observed(), NOW)
+    assert gone.status.state == LifecycleState.failed
+    assert handlers.settled(gone, observed())
+
+
+def test_the_gate_holds_for_the_interval_and_any_other_pass_reopens_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(handlers.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(handlers.SETTINGS, "idle_seconds", 60.0)
+    suspended = decide(spec(state="suspended"), StreamJobStatus(), observed(), NOW)
+    suspended = decide(spec(state="suspended"), suspended.status, observed(), NOW)
+    handlers._gate("ns", "idle", suspended, observed())
+    assert not handlers.due("ns", "idle")
+    clock[0] += 59.0
+    assert not handlers.due("ns", "idle")
+    clock[0] += 1.0
+    assert handlers.due("ns", "idle")
+    handlers._gate("ns", "idle", suspended, observed())
+    assert not handlers.due("ns", "idle")
+    resumed = decide(spec(), suspended.status, observed(), NOW)  # a spec change's pass: the job deploys
+    handlers._gate("ns", "idle", resumed, observed())
+    assert handlers.due("ns", "idle")
+    assert handlers.due("ns", "never-seen")
