@@ -18,7 +18,8 @@ from typing import Any
 
 from streamjob_operator.api.spec import StreamJobSpec
 from streamjob_contract.lifecycle import LifecycleState
-from streamjob_operator.api.status import MAX_MESSAGE, BlockedChange, OpKind, Operation, StreamJobStatus
+from streamjob_operator.api.status import BlockedChange, OpKind, Operation, StreamJobStatus
+from streamjob_operator.api.status import clip as clip  # re-exported: decide's modules clip with it
 
 from .. import names
 from ..model import Action, CreateDriver, Decision, DeleteDriver, DriverPod, Event, Observations, PodPhase, TriggerSavepoint, is_disruptive
@@ -83,10 +84,6 @@ def hash_text(text: str) -> str:
 
 def spec_hash(spec: StreamJobSpec) -> str:
     return hash_text(spec_json(spec))
-
-
-def clip(text: str, limit: int = MAX_MESSAGE) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Pass:
