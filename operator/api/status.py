@@ -39,6 +39,39 @@ class OpKind(StrEnum):
     savepoint = "savepoint"
     delete = "delete"
 
+    @property
+    def lifecycle_state(self) -> LifecycleState:
+        """The job's state (status.state) while an operation of this kind runs."""
+        return _STATE_OF_KIND[self]
+
+    @property
+    def progress_reason(self) -> str:
+        """The Progressing and Reconciling conditions' reason while an operation of this kind runs."""
+        return _PROGRESS_REASON[self]
+
+
+_STATE_OF_KIND = {
+    OpKind.deploy: LifecycleState.deploying,
+    OpKind.restart: LifecycleState.restarting,
+    OpKind.upgrade: LifecycleState.upgrading,
+    OpKind.rollback: LifecycleState.rolling_back,
+    OpKind.suspend: LifecycleState.suspending,
+    OpKind.resume: LifecycleState.deploying,
+    OpKind.savepoint: LifecycleState.running,  # a savepoint alone does not stop the job
+    OpKind.delete: LifecycleState.deleting,
+}
+
+_PROGRESS_REASON = {
+    OpKind.deploy: "Deploying",
+    OpKind.restart: "Restarting",
+    OpKind.upgrade: "Upgrading",
+    OpKind.rollback: "RollingBack",
+    OpKind.suspend: "Suspending",
+    OpKind.resume: "Resuming",
+    OpKind.savepoint: "Savepointing",
+    OpKind.delete: "Deleting",
+}
+
 
 class Phase(StrEnum):
     """Where the operation in progress is (status.operation.phase); an operation passes through some of these in this order."""
@@ -97,12 +130,11 @@ class StorageHygiene(Model):
         return cls(**shown)
 
 
+# What status shows of the driver's GET /status (streamjob_contract.runtime_status.RuntimeStatus).
+# Fields are copied by name (JobMetrics.of): a runtime field is shown by declaring it in the contract
+# and here, with its description for the CRD. A unit test holds every field here to one of the
+# contract's. (No docstring: it would become the schema's description and move the CRD's text.)
 class JobMetrics(Model):
-    """What status shows of the driver's ``GET /status`` (``streamjob_contract.runtime_status.RuntimeStatus``).
-
-    Fields are copied by name (``of``): a runtime field is shown by declaring it in the contract and here,
-    with its description for the CRD. A unit test holds every field here to one of the contract's."""
-
     query_id: str | None = Field(default=None, alias="queryId", description="Spark streaming query id (stable across restarts).")
     run_id: str | None = Field(default=None, alias="runId", description="Spark run id (new on every start).")
     last_batch_id: int | None = Field(default=None, alias="lastBatchId", description="Last batch started.")

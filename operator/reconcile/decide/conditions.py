@@ -30,7 +30,7 @@ from streamjob_operator.api.status import (
 
 from ..model import Event, Problem
 from ..policy import fmt_time
-from .context import PROGRESS_REASON, Pass, clip
+from .context import Pass, clip
 
 ORDER = ["Ready", "Progressing", "Degraded", "Savepointing", "Reconciling", "Stalled"]
 # states the operator leaves only on a spec or nonce change, though the spec asks for a running job
@@ -107,7 +107,7 @@ def conditions(p: Pass) -> None:
                       st.last_error if st.state is LifecycleState.failed and st.last_error else f"The job is {state}")
 
     if op is not None:
-        set_condition(p, "Progressing", "True", PROGRESS_REASON.get(op.kind, "Progressing"),
+        set_condition(p, "Progressing", "True", op.kind.progress_reason,
                       f"{op.kind} {op.phase}: {op.message}" if op.message else f"{op.kind} {op.phase}")
     elif st.blocked_change is not None:
         set_condition(p, "Progressing", "False", st.blocked_change.reason, st.blocked_change.message)
@@ -176,7 +176,7 @@ def kstatus_conditions(p: Pass, ready: bool) -> None:
         return
     set_condition(p, "Stalled", "False", "AsExpected", "")
     if op is not None:
-        set_condition(p, "Reconciling", "True", PROGRESS_REASON.get(op.kind, "Progressing"),
+        set_condition(p, "Reconciling", "True", op.kind.progress_reason,
                       f"{op.kind} {op.phase}: {op.message}" if op.message else f"{op.kind} {op.phase}")
     elif st.next_restart_at is not None:
         set_condition(p, "Reconciling", "True", "RestartScheduled", f"The driver is restarted at {st.next_restart_at}")

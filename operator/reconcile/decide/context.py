@@ -17,8 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from streamjob_operator.api.spec import StreamJobSpec
-from streamjob_contract.lifecycle import LifecycleState
-from streamjob_operator.api.status import BlockedChange, OpKind, Operation, StreamJobStatus
+from streamjob_operator.api.status import BlockedChange, Operation, StreamJobStatus
 from streamjob_operator.api.status import clip as clip  # re-exported: decide's modules clip with it
 
 from .. import names
@@ -28,29 +27,6 @@ from ..policy import fmt_time, parse_time
 POLL_SECONDS = 2.0  # while an operation waits on the world
 FORCE_DELETE_GRACE_SECONDS = 30  # after the deletion deadline, how long force-deleted pods may linger
 STUCK_TERMINATING_SECONDS = 60  # a pod still there this long after its grace period is on a lost node: force-delete it
-
-
-STATE_OF_KIND = {
-    OpKind.deploy: LifecycleState.deploying,
-    OpKind.restart: LifecycleState.restarting,
-    OpKind.upgrade: LifecycleState.upgrading,
-    OpKind.rollback: LifecycleState.rolling_back,
-    OpKind.suspend: LifecycleState.suspending,
-    OpKind.resume: LifecycleState.deploying,
-    OpKind.savepoint: LifecycleState.running,
-    OpKind.delete: LifecycleState.deleting,
-}
-
-PROGRESS_REASON = {
-    OpKind.deploy: "Deploying",
-    OpKind.restart: "Restarting",
-    OpKind.upgrade: "Upgrading",
-    OpKind.rollback: "RollingBack",
-    OpKind.suspend: "Suspending",
-    OpKind.resume: "Resuming",
-    OpKind.savepoint: "Savepointing",
-    OpKind.delete: "Deleting",
-}
 
 
 @dataclass(frozen=True)

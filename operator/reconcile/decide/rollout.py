@@ -16,7 +16,7 @@ from streamjob_operator.api.status import Operation, Phase
 
 from .. import names
 from ..model import CreateDriver, DriverPod, EnsureSupportObjects, PodPhase
-from .context import POLL_SECONDS, STATE_OF_KIND, Pass, Steps, hash_text, spec_json
+from .context import POLL_SECONDS, Pass, Steps, hash_text, spec_json
 from .strays import delete_strays
 
 
@@ -52,7 +52,7 @@ def enter_deploying(p: Pass, op: Operation, deploy_spec_json: str) -> None:
         deployed_at=p.t(),
         last_reconciled_spec=deploy_spec_json,
         operation=op.model_copy(update={"phase": Phase.deploying, "deadline": deadline}),
-        state=STATE_OF_KIND[op.kind],
+        state=op.kind.lifecycle_state,
         ready=False,
         job=None,
     )
