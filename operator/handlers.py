@@ -24,7 +24,7 @@ import kopf
 from streamjob_operator import metrics
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, DeletionSpec, SpecError, StreamJobSpec, parse_spec
 from streamjob_operator.api.status import StreamJobStatus
-from streamjob_operator.k8s.act import ActionFailed, Actor, describe_action, no_fence
+from streamjob_operator.k8s.act import ActionFailed, Actor, Outcome, describe_action, no_fence
 from streamjob_operator.k8s.clients import Clients, load_api_client
 from streamjob_operator.k8s.errors import describe_error
 from streamjob_operator.k8s.resources import Owner, RuntimeLayout
@@ -140,11 +140,8 @@ def reconcile(namespace: str, name: str) -> Decision | None:
             # it again. Events are best effort in Kubernetes anyway (rate-limited, aggregated, expired after an
             # hour); what a user must be able to rely on is in status (state, lastError, the Degraded reason).
             _post(actor, owner, decision.events)
-            problems = _act(actor, owner, spec, decision, observations)
-            # one status write per pass (the write-ahead one above): acting learns nothing status must keep (the
-            # savepoint request is named by its recorded path). A second write only reports what failed, or clears
-            # the error of an earlier pass once a pass went through.
-            acted = decision.status
+            acted, problems = _act(actor, owner, spec, decision, observations)
+            # at most one more status write, after acting: what the actions learned and what failed
             if problems:
                 _report(actor, owner, acted, problems, now, generation)
             elif acted.reconcile_error is not None and not observations.problems:
@@ -152,6 +149,8 @@ def reconcile(namespace: str, name: str) -> Decision | None:
                 _write(actor, owner, acted.model_copy(update={"reconcile_error": None}))
                 log.info("Cleared reconcile error streamjob=%s/%s reason=%s", namespace, name, acted.reconcile_error.reason)
                 continue
+            elif acted != decision.status:
+                _write(actor, owner, acted)
             if decision.deletion_done:
                 metrics.forget_job(namespace, name)
                 break
@@ -183,18 +182,25 @@ def _report(actor: Actor, owner: Owner, status: StreamJobStatus, problems: list[
     _post(actor, owner, events)
 
 
-def _act(actor: Actor, owner: Owner, spec: StreamJobSpec, decision: Decision, observations: Observations) -> list[Problem]:
-    """Executes the decided actions; returns what failed (each action is retried by a later pass)."""
+def _act(actor: Actor, owner: Owner, spec: StreamJobSpec, decision: Decision,
+         observations: Observations) -> tuple[StreamJobStatus, list[Problem]]:
+    """Executes the decided actions; returns the decided status with what the actions learned (the savepoint
+    request's id), and what failed (each action is retried by a later pass)."""
+    status = decision.status
     problems: list[Problem] = []
     pod_ips = {pod.name: pod.ip for pod in observations.drivers}  # as observed this pass: no second listing
     for action in decision.actions:
         try:
-            actor.execute(owner, spec, action, pod_ips)
+            outcome = actor.execute(owner, spec, action, pod_ips)
         except ActionFailed as err:
             problems.append(Problem(err.reason, str(err)))
+            continue
         except Exception as err:
             problems.append(describe_error(err, describe_action(action)))
-    return problems
+            continue
+        if isinstance(outcome, Outcome) and status.operation is not None:
+            status = status.model_copy(update={"operation": status.operation.model_copy(update={"trigger_id": outcome.trigger_id})})
+    return status, problems
 
 
 # --- kopf handlers --------------------------------------------------------------------------------

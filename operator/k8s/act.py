@@ -12,6 +12,7 @@ import json
 import logging
 import secrets
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -59,6 +60,13 @@ def describe_action(action: Action) -> str:
     if isinstance(action, EnsureSupportObjects):
         return "creating the driver's token Secret, Service and service account"
     return "deleting the job's objects"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an action learned that the write-ahead log must keep (e.g. the savepoint request id)."""
+
+    trigger_id: str  # status.operation.triggerId
 
 
 def _ignore(*statuses: int) -> Callable[[Callable[[], Any]], Any]:
@@ -117,7 +125,7 @@ class Actor:
             log.warning("Failed to post event streamjob=%s/%s reason=%s status=%s", owner.namespace, owner.name, event.reason, err.status)
 
     # --- actions -------------------------------------------------------------------------------
-    def execute(self, owner: Owner, spec: StreamJobSpec, action: Action, pod_ips: dict[str, str | None]) -> None:
+    def execute(self, owner: Owner, spec: StreamJobSpec, action: Action, pod_ips: dict[str, str | None]) -> Outcome | None:
         self.fence()
         if isinstance(action, EnsureSupportObjects):
             self.ensure_support(owner, spec, action)
@@ -126,11 +134,12 @@ class Actor:
         elif isinstance(action, DeleteDriver):
             self.delete_driver(owner, action)
         elif isinstance(action, TriggerSavepoint):
-            self.trigger_savepoint(owner, action, pod_ips.get(action.pod))
+            return self.trigger_savepoint(owner, action, pod_ips.get(action.pod))
         elif isinstance(action, DeleteSavepoint):
             self.delete_savepoint(owner, spec, action)
         elif isinstance(action, DeleteOwnedObjects):
             self.delete_owned(owner)
+        return None
 
     def ensure_support(self, owner: Owner, spec: StreamJobSpec, action: EnsureSupportObjects) -> None:
         core, rbac, ns = self.clients.core, self.clients.rbac, owner.namespace
@@ -167,9 +176,7 @@ class Actor:
         if _gone_ok(lambda: self.clients.core.delete_namespaced_pod(action.pod, owner.namespace, **kwargs)) is not None:
             log.info("Deleted driver pod streamjob=%s/%s pod=%s grace=%s", owner.namespace, owner.name, action.pod, action.grace_seconds)
 
-    def trigger_savepoint(self, owner: Owner, action: TriggerSavepoint, pod_ip: str | None) -> None:
-        """Asks the driver for the savepoint at ``action.path``. The path, recorded in status before this call, names
-        the request: the next pass finds it in the driver's listing, so nothing learned here needs a status write."""
+    def trigger_savepoint(self, owner: Owner, action: TriggerSavepoint, pod_ip: str | None) -> Outcome | None:
         if not pod_ip:
             raise ActionFailed(f"driver pod {action.pod} has no IP yet", "DriverUnreachable")
         try:
@@ -180,11 +187,12 @@ class Actor:
         if reply.status == 202:
             log.info("Triggered savepoint streamjob=%s/%s pod=%s path=%s stop=%s id=%s",
                      owner.namespace, owner.name, action.pod, action.path, action.stop, reply.body.get("id"))
-            return
-        if reply.status == 409:  # one in progress: ours, if an earlier pass asked before a crash or a lost reply
+            return Outcome(trigger_id=str(reply.body.get("id")))
+        if reply.status == 409:  # one in progress: ours, if an earlier pass triggered it before a crash
             listing = self.clients.driver_call(pod_ip, owner.namespace, owner.name, "GET", "/savepoints")
-            if any(sp.get("path") == action.path for sp in listing.body.get("savepoints") or []):
-                return
+            for sp in reversed(listing.body.get("savepoints") or []):
+                if sp.get("path") == action.path:
+                    return Outcome(trigger_id=str(sp.get("id")))
         raise ActionFailed(f"driver {action.pod} refused the savepoint: HTTP {reply.status} {reply.body.get('error', '')}",
                            "SavepointRefused")
 

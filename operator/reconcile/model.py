@@ -71,17 +71,12 @@ class JobProgress:
 
 @dataclass(frozen=True)
 class SavepointProgress:
-    """The control endpoint's view of the savepoint request for ``status.operation.savepointPath``.
-
-    The path is chosen by the operator and recorded before the request is made, so it names the
-    request: a pass finds it in the driver's listing (``GET /savepoints``) and the driver's ``id``
-    goes into ``status.operation.triggerId`` in that pass's one status write."""
+    """The control endpoint's view of the savepoint request in ``status.operation.triggerId``."""
 
     state: SavepointState
     path: str | None = None
     batch_id: int | None = None
     error: str | None = None
-    id: str | None = None  # the driver's id of the request
 
 
 @dataclass(frozen=True)

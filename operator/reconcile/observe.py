@@ -139,18 +139,13 @@ def job_progress(body: dict[str, Any]) -> JobProgress:
         return JobProgress()
 
 
-def savepoint_progress(body: dict[str, Any], path: str) -> SavepointProgress | None:
-    """The driver's request for the savepoint at ``path``, from its ``GET /savepoints`` listing (the most
-    recent one for that path); None when the driver has none (not asked yet, or the request was lost)."""
-    listed = body.get("savepoints") if isinstance(body, dict) else None
-    for item in reversed(listed if isinstance(listed, list) else []):
-        try:
-            sp = SavepointStatus.model_validate(item)
-        except ValidationError:
-            continue
-        if sp.path == path:
-            return SavepointProgress(sp.state, sp.path, sp.batch_id, sp.error, sp.id)
-    return None
+def savepoint_progress(body: dict[str, Any]) -> SavepointProgress | None:
+    """The driver's ``GET /savepoints/<id>`` body; None when it is not one."""
+    try:
+        sp = SavepointStatus.model_validate(body)
+    except ValidationError:
+        return None
+    return SavepointProgress(sp.state, sp.path, sp.batch_id, sp.error)
 
 
 def wants_job_poll(status: StreamJobStatus, now: datetime) -> bool:
@@ -183,10 +178,10 @@ def observe(
         try:
             reply = clients.driver_call(live_ip, namespace, name, "GET", "/status")
             job = job_progress(reply.body) if reply.status == 200 else JobProgress()
-            if savepointing and op is not None and op.savepoint_path:
-                listing = clients.driver_call(live_ip, namespace, name, "GET", "/savepoints")
-                if listing.status == 200:
-                    savepoint = savepoint_progress(listing.body, op.savepoint_path)
+            if savepointing and op is not None and op.trigger_id:
+                sp = clients.driver_call(live_ip, namespace, name, "GET", f"/savepoints/{op.trigger_id}")
+                if sp.status == 200:
+                    savepoint = savepoint_progress(sp.body)
         except DriverUnreachable as err:
             log.debug("Could not reach driver streamjob=%s/%s pod=%s error=%s", namespace, name, current.name if current else None, err)
             job = JobProgress()

@@ -10,7 +10,7 @@ from streamjob_contract.exitcodes import ExitCode
 from streamjob_contract.runtime_status import RuntimeStatus
 from streamjob_operator.api.status import MAX_MESSAGE, JobMetrics, StorageHygiene
 from streamjob_operator.reconcile.model import PodPhase
-from streamjob_operator.reconcile.observe import driver_pod, job_progress, savepoint_progress, termination_message
+from streamjob_operator.reconcile.observe import driver_pod, job_progress, termination_message
 
 
 def pod(phase: str, terminated: dict | None = None, deleting: bool = False) -> dict:
@@ -90,18 +90,3 @@ def test_a_long_storage_error_is_clipped_to_fit_status() -> None:
 
 def test_a_plain_log_tail_keeps_its_last_lines() -> None:
     assert termination_message("a\nb\nc\nd\ne\nf\ng") == "c\nd\ne\nf\ng"
-
-
-def test_the_savepoint_request_is_found_by_its_path_in_the_drivers_listing() -> None:
-    listing = {"savepoints": [
-        {"id": "a", "state": "FAILED", "path": "s3://b/sp-1", "error": "disk full"},
-        {"id": "b", "state": "COMPLETED", "path": "s3://b/sp-2", "batchId": 7},
-        {"id": "c", "state": "IN_PROGRESS", "path": "s3://b/sp-1"},
-        {"garbled": True},
-    ]}
-    found = savepoint_progress(listing, "s3://b/sp-1")
-    assert found is not None and (found.id, found.state.value) == ("c", "IN_PROGRESS")  # the most recent for the path
-    done = savepoint_progress(listing, "s3://b/sp-2")
-    assert done is not None and (done.id, done.batch_id) == ("b", 7)
-    assert savepoint_progress(listing, "s3://b/other") is None  # not asked yet, or lost: decide asks again
-    assert savepoint_progress({"error": "not a listing"}, "s3://b/sp-1") is None

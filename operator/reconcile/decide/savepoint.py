@@ -64,12 +64,10 @@ def savepointing(p: Pass) -> None:
     if why is not None:
         failed(p, why)
         return
-    if progress is not None:
-        if progress.id is not None and progress.id != op.trigger_id:
-            p.op_update(trigger_id=progress.id)  # the driver's id, kept in this pass's status write
-    elif p.running_driver() is not None and p.reachable():  # the driver has no request for the path: ask (again)
-        assert cur is not None and op.savepoint_path is not None
-        p.actions.append(TriggerSavepoint(cur.name, op.savepoint_path, stop=op.kind is not OpKind.savepoint))
+    if op.trigger_id is None:
+        if p.running_driver() is not None and p.reachable():
+            assert cur is not None and op.savepoint_path is not None
+            p.actions.append(TriggerSavepoint(cur.name, op.savepoint_path, stop=op.kind is not OpKind.savepoint))
     p.again(POLL_SECONDS)
 
 
