@@ -38,14 +38,13 @@ RUN --mount=type=cache,id=streamjob-pip,target=/root/.cache/pip,sharing=locked \
         "kopf>=1.38,<2" "kubernetes>=30,<37" "boto3>=1.34,<2" "pyyaml>=6,<7" "pydantic>=2.7,<3" \
         "prometheus-client>=0.20,<1" "click>=8.1,<9" "rich>=13.7,<16"
 
-# --- the project as a wheel (the test bed package is dropped from the images)
+# --- the project as a wheel (the test bed is a distribution of its own: not in the build context)
 FROM python AS wheel
 COPY pyproject.toml README.md /build/src/
 COPY operator /build/src/operator
 COPY contract /build/src/contract
 COPY job_runtime /build/src/job_runtime
 COPY cli /build/src/cli
-COPY testbed /build/src/testbed
 RUN --mount=type=cache,id=streamjob-pip,target=/root/.cache/pip,sharing=locked \
     pip wheel --no-deps -w /build/dist /build/src
 
@@ -67,13 +66,13 @@ RUN --mount=type=cache,id=streamjob-pip,target=/root/.cache/pip,sharing=locked \
  && ln -s "$(python3 -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')" /opt/spark \
  && mkdir -p /opt/spark/work-dir && chown 185:185 /opt/spark/work-dir
 # The jars, resolved by Maven straight into Spark's jar directory: s3a://
-# (images/runtime/pom.xml) and Spark's Kafka connector (testbed/build/kafka-jars.txt,
+# (images/runtime/pom.xml) and Spark's Kafka connector (images/runtime/kafka-jars.txt,
 # the one list, taken as listed: not transitive). Maven itself (Apache's binary
 # distribution from Maven Central, checked by its sha512) is kept in the Maven
 # cache mount, never in the image.
 ARG MAVEN_VERSION
 ARG MAVEN_SHA512
-COPY images/runtime/pom.xml testbed/build/kafka-jars.txt /build/jars/
+COPY images/runtime/pom.xml images/runtime/kafka-jars.txt /build/jars/
 RUN --mount=type=cache,id=streamjob-m2,target=/root/.m2,sharing=locked \
     mvn="/root/.m2/apache-maven-${MAVEN_VERSION}" \
  && if [ ! -x "$mvn/bin/mvn" ]; then \
@@ -93,7 +92,7 @@ COPY images/runtime/entrypoint.sh /opt/entrypoint.sh
 COPY --from=wheel /build/dist/ /build/dist/
 RUN pip install --no-deps --no-cache-dir /build/dist/streamjob-*.whl \
  && site="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
- && rm -rf "$site/testbed" "$VIRTUAL_ENV/bin/streamjob-testbed" /build \
+ && rm -rf /build \
  && mkdir -p /opt/streamjob \
  && ln -s "$site/job_runtime/driver.py" /opt/streamjob/driver.py \
  && python3 -m compileall -q "$site/streamjob_contract" "$site/job_runtime" "$site/streamjob_operator" "$site/streamjob_cli"

@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 from streamjob_contract.httpserve import BoundedHandler, BoundedHTTPServer
 from streamjob_contract.runtime_status import watermark_ms
 from streamjob_contract.lifecycle import LifecycleState
-from streamjob_operator.api.status import StreamJobStatus
+from streamjob_operator.api.status import JobMetrics, StorageHygiene, StreamJobStatus
 from streamjob_operator.reconcile.model import Event
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -83,25 +83,26 @@ for _trigger in SAVEPOINT_TRIGGERS:
 
 @dataclass(frozen=True)
 class JobSnapshot:
-    """What the last pass left in a job's status, as plain values for the collector."""
+    """What the last pass left in a job's status, for the collector: the driver's figures as status
+    shows them (``status.job``, a ``JobMetrics``: not re-declared here), times as epoch seconds."""
 
     state: str | None
     conditions: tuple[tuple[str, str], ...]
     total_restarts: int
     last_batch_id: int | None
     last_checkpoint_at: float | None
-    batch_duration_seconds: float | None
-    input_rows_per_second: float | None
-    processed_rows_per_second: float | None
-    watermark: float | None
-    state_rows: int | None
-    state_memory_bytes: int | None
-    rows_dropped_by_watermark: int | None
-    late_rows_dropped_total: int | None
     last_savepoint_at: float | None
-    storage_pruned_run_dirs: int | None = None
-    storage_pruned_savepoint_dirs: int | None = None
-    storage_failing: bool | None = None
+    job: JobMetrics | None = None
+
+    @property
+    def watermark(self) -> float | None:
+        """The event-time watermark in epoch seconds; Spark reports epoch 0 before the first one: no lag then."""
+        ms = watermark_ms(self.job.watermark) if self.job is not None and self.job.watermark else None
+        return ms / 1000.0 if ms else None
+
+    @property
+    def storage(self) -> StorageHygiene | None:
+        return self.job.storage if self.job is not None else None
 
 
 def _epoch(text: str | None) -> float | None:
@@ -115,27 +116,14 @@ def _epoch(text: str | None) -> float | None:
 
 
 def snapshot(status: StreamJobStatus) -> JobSnapshot:
-    job = status.job
-    storage = job.storage if job is not None else None
-    ms = watermark_ms(job.watermark) if job is not None and job.watermark else None
     return JobSnapshot(
         state=status.state.value if status.state is not None else None,
         conditions=tuple((c.type, c.status) for c in status.conditions),
         total_restarts=status.total_restarts,
         last_batch_id=status.last_checkpoint.batch_id if status.last_checkpoint else None,
         last_checkpoint_at=_epoch(status.last_checkpoint.time) if status.last_checkpoint else None,
-        batch_duration_seconds=job.batch_duration_ms / 1000.0 if job is not None and job.batch_duration_ms is not None else None,
-        input_rows_per_second=job.input_rows_per_second if job else None,
-        processed_rows_per_second=job.processed_rows_per_second if job else None,
-        watermark=ms / 1000.0 if ms else None,  # Spark reports epoch 0 before the first watermark: no lag then
-        state_rows=job.state_rows if job else None,
-        state_memory_bytes=job.state_memory_bytes if job else None,
-        rows_dropped_by_watermark=job.rows_dropped_by_watermark if job else None,
-        late_rows_dropped_total=job.late_rows_dropped_total if job else None,
         last_savepoint_at=_epoch(status.last_savepoint.time) if status.last_savepoint else None,
-        storage_pruned_run_dirs=storage.pruned_run_dirs if storage else None,
-        storage_pruned_savepoint_dirs=storage.pruned_savepoint_dirs if storage else None,
-        storage_failing=bool(storage.last_error) if storage and storage.passes else None,
+        job=status.job,
     )
 
 
@@ -159,13 +147,13 @@ _JOB_GAUGES: tuple[tuple[str, str], ...] = (
 # counters the driver keeps since it started (they reset with a new driver: Prometheus' rate() handles that)
 _JOB_COUNTERS: tuple[tuple[str, str, Callable[[JobSnapshot], int | None]], ...] = (
     ("job_late_rows_dropped", "Rows dropped as later than the watermark since the job's driver started (resets with a new driver).",
-     lambda snap: snap.late_rows_dropped_total),
+     lambda snap: snap.job.late_rows_dropped_total if snap.job else None),
     ("job_storage_pruned_run_dirs",
      "Superseded checkpoint run directories the job's driver deleted since it started (resets with a new driver).",
-     lambda snap: snap.storage_pruned_run_dirs),
+     lambda snap: snap.storage.pruned_run_dirs if snap.storage else None),
     ("job_storage_pruned_savepoint_dirs",
      "Abandoned savepoint directories the job's driver deleted since it started (resets with a new driver).",
-     lambda snap: snap.storage_pruned_savepoint_dirs),
+     lambda snap: snap.storage.pruned_savepoint_dirs if snap.storage else None),
 )
 
 
@@ -173,20 +161,22 @@ def _job_values(s: JobSnapshot, now: float) -> dict[str, float | None]:
     def age(at: float | None) -> float | None:
         return max(0.0, now - at) if at is not None else None
 
+    job = s.job or JobMetrics()
+    storage = s.storage
     return {
         "job_last_committed_batch_id": s.last_batch_id,
         "job_last_committed_batch_age_seconds": age(s.last_checkpoint_at),
-        "job_batch_duration_seconds": s.batch_duration_seconds,
-        "job_input_rows_per_second": s.input_rows_per_second,
-        "job_processed_rows_per_second": s.processed_rows_per_second,
+        "job_batch_duration_seconds": job.batch_duration_ms / 1000.0 if job.batch_duration_ms is not None else None,
+        "job_input_rows_per_second": job.input_rows_per_second,
+        "job_processed_rows_per_second": job.processed_rows_per_second,
         "job_watermark_lag_seconds": age(s.watermark),
-        "job_state_rows": s.state_rows,
-        "job_state_memory_bytes": s.state_memory_bytes,
-        "job_late_rows_dropped_last_batch": s.rows_dropped_by_watermark,
+        "job_state_rows": job.state_rows,
+        "job_state_memory_bytes": job.state_memory_bytes,
+        "job_late_rows_dropped_last_batch": job.rows_dropped_by_watermark,
         "job_last_checkpoint_age_seconds": age(s.last_checkpoint_at),
         "job_last_savepoint_age_seconds": age(s.last_savepoint_at),
         "job_restarts": s.total_restarts,
-        "job_storage_hygiene_failing": None if s.storage_failing is None else float(s.storage_failing),
+        "job_storage_hygiene_failing": None if storage is None or not storage.passes else float(bool(storage.last_error)),
     }
 
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Sets up everything the project needs on a fresh machine, into a cache keyed
 # by version outside the clone (so CI and later runs reuse it):
-#   - a Python virtualenv with the project and its test extras,
+#   - a Python virtualenv with the project and its test extras, and the test bed
+#     (its own distribution, testbed/pyproject.toml: never in the product),
 #   - the test bed's Go binaries (kube-apiserver, kube-controller-manager,
 #     kubectl, etcd, versitygw, helm), built from their official Go modules,
 #   - the GitOps consumers the tests use (gopher-lua health runner, kstatus),
 #   - the real node's binaries (containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS,
 #     CNI plugins, pause; runc from Debian) and its pause and busybox images,
 #   - the Maven jars Spark needs for s3a:// (hadoop-aws + AWS SDK bundle) and
-#     for Kafka (Spark's connector, testbed/build/kafka-jars.txt),
+#     for Kafka (Spark's connector, images/runtime/kafka-jars.txt),
 #   - the Apache Kafka broker jars the test bed runs (kafka_2.13 + dependencies),
 #   - the runtime and operator images, built with buildah from images/*/Dockerfile
 #     (scripts/build-images.sh; rebuilt only when their inputs change).
@@ -44,10 +45,11 @@ trap 'kill -- "-$base_pid" 2>/dev/null || true' EXIT
 
 # 1. virtualenv, keyed by the Python version and the dependency lists (not by the
 #    rest of pyproject.toml: a new subpackage or tool setting needs no new venv)
-deps_key=$("$PY" - "$ROOT/pyproject.toml" <<'PYKEY'
+deps_key=$("$PY" - "$ROOT/pyproject.toml" "$ROOT/testbed/pyproject.toml" <<'PYKEY'
 import hashlib, json, sys, tomllib
-project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-deps = {"dependencies": project.get("dependencies", []), "optional": project.get("optional-dependencies", {})}
+product, testbed = (tomllib.load(open(path, "rb"))["project"] for path in sys.argv[1:3])
+deps = {"dependencies": product.get("dependencies", []), "optional": product.get("optional-dependencies", {}),
+        "testbed": testbed.get("dependencies", [])}
 print(hashlib.sha256(json.dumps(deps, sort_keys=True).encode()).hexdigest()[:12])
 PYKEY
 )
@@ -58,10 +60,14 @@ if [[ ! -x "$VENV/bin/python" || ! -f "$VENV/.complete" ]]; then
   "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade "pip>=24" >&2
   "$VENV/bin/pip" install -q -e "$ROOT[test]" >&2 || die "pip install failed (see above)"
+  "$VENV/bin/pip" install -q -e "$ROOT/testbed" >&2 || die "pip install of the test bed failed (see above)"
   touch "$VENV/.complete"
 else
-  # the venv is shared by clones: point its editable install at this one
+  # the venv is shared by clones: point its editable installs at this one (the
+  # product first: a venv from before the test bed had its own distribution
+  # lists streamjob-testbed among the product's scripts, removed with it)
   "$VENV/bin/pip" install -q --no-deps -e "$ROOT" >&2 || die "pip install -e failed"
+  "$VENV/bin/pip" install -q --no-deps -e "$ROOT/testbed" >&2 || die "pip install -e testbed failed"
 fi
 
 # 2. jars for s3a:// and Kafka (the image build below reuses Maven's repository)

@@ -116,7 +116,7 @@ inputs_hash() {  # dockerfile
   {
     echo "$BASE_IMAGE $base_id"
     cd "$ROOT"
-    find "$1" images/constraints.txt images/runtime pyproject.toml README.md contract operator job_runtime cli testbed \
+    find "$1" images/constraints.txt images/runtime pyproject.toml README.md .dockerignore contract operator job_runtime cli \
       -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-16
 }

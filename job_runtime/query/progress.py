@@ -62,21 +62,10 @@ class LateRowsTotal:
 
 
 def progress_fields(progress: dict[str, Any] | None) -> dict[str, Any]:
-    """The /status fields that come from the last progress report (all None before the first)."""
+    """The /status fields that come from the last progress report; none before the first (the payload's
+    type, ``RuntimeStatus``, says None for a field not given, so a new field is listed here once)."""
     if not progress:
-        return {
-            "lastBatchId": None,
-            "watermark": None,
-            "watermarkMs": None,
-            "inputRowsPerSecond": None,
-            "processedRowsPerSecond": None,
-            "numInputRows": None,
-            "batchDurationMs": None,
-            "stateRows": None,
-            "stateMemoryBytes": None,
-            "rowsDroppedByWatermark": None,
-            "lastProgressAt": None,
-        }
+        return {}
     operators = progress.get("stateOperators") or []
     watermark = (progress.get("eventTime") or {}).get("watermark")
     duration = (progress.get("durationMs") or {}).get("triggerExecution")

@@ -13,12 +13,18 @@ from pydantic import Field
 
 from streamjob_contract.lifecycle import LifecycleState
 from streamjob_contract.model import Model
+from streamjob_contract.runtime_status import RuntimeStatus, StorageStatus
 
 from .spec import MAX_FAILURES, UpgradeMode
 
 MAX_SAVEPOINT_HISTORY = 100  # >= spec.savepoint.retention.count's maximum, so retention alone bounds it
 MAX_FAILURE_TIMES = MAX_FAILURES + 1  # FailureRate is exhausted at maxFailures + 1 failures in the window: all are kept
 MAX_MESSAGE = 1024
+
+
+def clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    """A message cut to fit a status field (``MAX_MESSAGE``), marked with an ellipsis when cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class OpKind(StrEnum):
@@ -32,6 +38,39 @@ class OpKind(StrEnum):
     resume = "resume"
     savepoint = "savepoint"
     delete = "delete"
+
+    @property
+    def lifecycle_state(self) -> LifecycleState:
+        """The job's state (status.state) while an operation of this kind runs."""
+        return _STATE_OF_KIND[self]
+
+    @property
+    def progress_reason(self) -> str:
+        """The Progressing and Reconciling conditions' reason while an operation of this kind runs."""
+        return _PROGRESS_REASON[self]
+
+
+_STATE_OF_KIND = {
+    OpKind.deploy: LifecycleState.deploying,
+    OpKind.restart: LifecycleState.restarting,
+    OpKind.upgrade: LifecycleState.upgrading,
+    OpKind.rollback: LifecycleState.rolling_back,
+    OpKind.suspend: LifecycleState.suspending,
+    OpKind.resume: LifecycleState.deploying,
+    OpKind.savepoint: LifecycleState.running,  # a savepoint alone does not stop the job
+    OpKind.delete: LifecycleState.deleting,
+}
+
+_PROGRESS_REASON = {
+    OpKind.deploy: "Deploying",
+    OpKind.restart: "Restarting",
+    OpKind.upgrade: "Upgrading",
+    OpKind.rollback: "RollingBack",
+    OpKind.suspend: "Suspending",
+    OpKind.resume: "Resuming",
+    OpKind.savepoint: "Savepointing",
+    OpKind.delete: "Deleting",
+}
 
 
 class Phase(StrEnum):
@@ -80,7 +119,21 @@ class StorageHygiene(Model):
     last_error: str | None = Field(default=None, alias="lastError", max_length=MAX_MESSAGE,
                                    description="What the last pass could not delete; retried on the next pass.")
 
+    @classmethod
+    def of(cls, report: StorageStatus | None) -> StorageHygiene | None:
+        """The driver's report (``StorageStatus``), its fields this type declares copied by name."""
+        if report is None:
+            return None
+        shown = report.model_dump(include=set(cls.model_fields))
+        if shown.get("last_error"):
+            shown["last_error"] = clip(shown["last_error"])
+        return cls(**shown)
 
+
+# What status shows of the driver's GET /status (streamjob_contract.runtime_status.RuntimeStatus).
+# Fields are copied by name (JobMetrics.of): a runtime field is shown by declaring it in the contract
+# and here, with its description for the CRD. A unit test holds every field here to one of the
+# contract's. (No docstring: it would become the schema's description and move the CRD's text.)
 class JobMetrics(Model):
     query_id: str | None = Field(default=None, alias="queryId", description="Spark streaming query id (stable across restarts).")
     run_id: str | None = Field(default=None, alias="runId", description="Spark run id (new on every start).")
@@ -100,6 +153,12 @@ class JobMetrics(Model):
     batch_duration_ms: int | None = Field(default=None, alias="batchDurationMs", description="Duration of the last batch.")
     storage: StorageHygiene | None = Field(default=None, description="Storage hygiene of this driver: what it pruned.")
     observed_at: str | None = Field(default=None, alias="observedAt", description="When these were read from the driver.")
+
+    @classmethod
+    def of(cls, runtime: RuntimeStatus, observed_at: str) -> JobMetrics:
+        """The runtime's fields this type declares, copied by name; messages clipped to ``MAX_MESSAGE``."""
+        shown = runtime.model_dump(include=set(cls.model_fields) - {"storage", "observed_at"})
+        return cls(**shown, storage=StorageHygiene.of(runtime.storage), observed_at=observed_at)
 
 
 class Operation(Model):

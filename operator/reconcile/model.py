@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Union
 
 from streamjob_contract.exitcodes import ExitCode
-from streamjob_contract.runtime_status import SavepointState
+from streamjob_contract.runtime_status import RuntimeStatus, SavepointState
 from streamjob_operator.api.status import StreamJobStatus
 
 
@@ -50,36 +50,23 @@ class DriverPod:
 
 
 @dataclass(frozen=True)
-class StorageReport:
-    """The driver's storage hygiene since it started (/status ``storage``; job_runtime.checkpoints.janitor)."""
-
-    passes: int = 0
-    pruned_run_dirs: int = 0
-    pruned_savepoint_dirs: int = 0
-    last_pass_at: str | None = None
-    last_error: str | None = None
-
-
-@dataclass(frozen=True)
 class JobProgress:
-    """What the driver's control endpoint said (``reachable=False`` when it did not answer)."""
+    """What the driver's control endpoint said: its ``GET /status`` body, typed by the contract
+    (``streamjob_contract.runtime_status.RuntimeStatus``), or ``None`` when it did not answer.
 
-    reachable: bool
-    ready: bool = False  # the query is active and has completed a batch in this run
-    query_id: str | None = None
-    run_id: str | None = None
-    last_batch_id: int | None = None
-    latest_completed_batch: int | None = None
-    watermark: str | None = None
-    input_rows_per_second: float | None = None
-    processed_rows_per_second: float | None = None
-    state_rows: int | None = None
-    state_memory_bytes: int | None = None
-    rows_dropped_by_watermark: int | None = None
-    late_rows_dropped_total: int | None = None
-    batch_duration_ms: int | None = None
-    storage: StorageReport | None = None
-    last_error: str | None = None
+    The body is carried whole: a field the runtime adds is declared once, in the contract, and
+    shown where status or metrics show it (``api.status.JobMetrics``), never re-declared here."""
+
+    runtime: RuntimeStatus | None = None
+
+    @property
+    def reachable(self) -> bool:
+        return self.runtime is not None
+
+    @property
+    def ready(self) -> bool:
+        """The query is active and has completed a batch in this run (``RuntimeStatus.ready``)."""
+        return self.runtime is not None and self.runtime.ready
 
 
 @dataclass(frozen=True)

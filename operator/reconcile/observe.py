@@ -32,7 +32,6 @@ from streamjob_operator.reconcile.model import (
     Problem,
     SavepointManifest,
     SavepointProgress,
-    StorageReport,
 )
 from streamjob_operator.reconcile.policy import parse_time
 
@@ -134,32 +133,10 @@ def job_progress(body: dict[str, Any]) -> JobProgress:
 
     A body that is not one (a driver that answers something else) reads as not reachable."""
     try:
-        st = RuntimeStatus.model_validate(body)
+        return JobProgress(RuntimeStatus.model_validate(body))
     except ValidationError as err:
         log.debug("Could not read driver status error=%s", err)
-        return JobProgress(reachable=False)
-    return JobProgress(
-        reachable=True,
-        ready=st.ready,
-        query_id=st.query_id,
-        run_id=st.run_id,
-        last_batch_id=st.last_batch_id,
-        latest_completed_batch=st.latest_completed_batch,
-        watermark=st.watermark,
-        input_rows_per_second=st.input_rows_per_second,
-        processed_rows_per_second=st.processed_rows_per_second,
-        state_rows=st.state_rows,
-        state_memory_bytes=st.state_memory_bytes,
-        rows_dropped_by_watermark=st.rows_dropped_by_watermark,
-        late_rows_dropped_total=st.late_rows_dropped_total,
-        batch_duration_ms=st.batch_duration_ms,
-        storage=None if st.storage is None else StorageReport(
-            passes=st.storage.passes, pruned_run_dirs=st.storage.pruned_run_dirs,
-            pruned_savepoint_dirs=st.storage.pruned_savepoint_dirs, last_pass_at=st.storage.last_pass_at,
-            last_error=st.storage.last_error,
-        ),
-        last_error=st.last_error,
-    )
+        return JobProgress()
 
 
 def savepoint_progress(body: dict[str, Any]) -> SavepointProgress | None:
@@ -200,14 +177,14 @@ def observe(
     if live_ip and (wants_job_poll(status, now) or savepointing or meta.get("deletionTimestamp")):
         try:
             reply = clients.driver_call(live_ip, namespace, name, "GET", "/status")
-            job = job_progress(reply.body) if reply.status == 200 else JobProgress(reachable=False)
+            job = job_progress(reply.body) if reply.status == 200 else JobProgress()
             if savepointing and op is not None and op.trigger_id:
                 sp = clients.driver_call(live_ip, namespace, name, "GET", f"/savepoints/{op.trigger_id}")
                 if sp.status == 200:
                     savepoint = savepoint_progress(sp.body)
         except DriverUnreachable as err:
             log.debug("Could not reach driver streamjob=%s/%s pod=%s error=%s", namespace, name, current.name if current else None, err)
-            job = JobProgress(reachable=False)
+            job = JobProgress()
 
     manifest: SavepointManifest | None = None
     # the checkpoint says what the job committed when its driver cannot: gone, exited, or (an upgraded

@@ -38,7 +38,7 @@ spark_core=("$SPARK_JARS"/spark-core_2.13-*.jar)
 SPARK_VERSION=$(basename "${spark_core[0]}" .jar)
 SPARK_VERSION=${SPARK_VERSION#spark-core_2.13-}
 
-KAFKA_LIST="$(dirname "${BASH_SOURCE[0]}")/kafka-jars.txt"
+KAFKA_LIST="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../images/runtime" && pwd)/kafka-jars.txt"  # the image build owns the list
 mapfile -t KAFKA_JARS < <(grep -v -e '^#' -e '^[[:space:]]*$' "$KAFKA_LIST")
 [[ ${#KAFKA_JARS[@]} -gt 0 ]] || die "$KAFKA_LIST lists no jars"
 CONNECTOR_VERSION=$(printf '%s\n' "${KAFKA_JARS[@]}" | grep ':spark-sql-kafka-0-10_2.13:' | cut -d: -f3)

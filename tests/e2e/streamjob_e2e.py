@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client, watch
+from streamjob_contract.lifecycle import LifecycleState
 from kubernetes.client.rest import ApiException
 
 import job_runtime
@@ -206,7 +207,7 @@ class Jobs:
                                  f"events: {self.events(name)}") from None
 
     def wait_ready(self, name: str, timeout: float = START_TIMEOUT, **fields: Any) -> dict[str, Any]:
-        return self.wait(name, f"Running and ready {fields}", lambda st: st.get("state") == "Running" and st.get("ready") is True
+        return self.wait(name, f"Running and ready {fields}", lambda st: st.get("state") == LifecycleState.running and st.get("ready") is True
                          and st.get("operation") is None and all(st.get(k) == v for k, v in fields.items()), timeout)
 
     def events(self, name: str) -> list[tuple[str, str]]:

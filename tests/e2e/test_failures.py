@@ -10,6 +10,7 @@ from typing import Any
 
 from testbed import TestBed
 from testbed.waiting import wait_for
+from streamjob_contract.lifecycle import LifecycleState
 
 from streamjob_e2e import (
     DEV_IMAGE,
@@ -80,7 +81,7 @@ def test_a_savepoint_failing_while_s3_is_down_keeps_the_old_job_and_the_upgrade_
         jobs.patch("sp", {"image": DEV_IMAGE.replace("0.1.0", "0.2.0")})
         blocked = jobs.wait("sp", "the upgrade to be blocked by the failed savepoint",
                             lambda st: (st.get("blockedChange") or {}).get("reason") == "SavepointFailed", timeout=180)
-        assert blocked["driverPod"] == "sp-driver-1" and blocked["state"] == "Running"
+        assert blocked["driverPod"] == "sp-driver-1" and blocked["state"] == LifecycleState.running
         # both posted after the status write that recorded the blocked change
         jobs.wait_event("sp", "SavepointFailed")
         jobs.wait_event("sp", "UpgradeAborted")

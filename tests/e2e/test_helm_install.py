@@ -21,6 +21,7 @@ from streamjob_e2e import IMAGE, REPO, Jobs, assert_runs_in_image, rate_job
 
 from testbed import TestBed, imagestore, locate
 from testbed.waiting import wait_for
+from streamjob_contract.lifecycle import LifecycleState
 
 
 def helm(testbed: TestBed, *args: str) -> subprocess.CompletedProcess[str]:
@@ -58,7 +59,7 @@ def test_the_chart_runs_a_job_with_executors_under_least_privilege(testbed, crd,
                             executor={"instances": 1, "memory": "512m"}))
         status = jobs.wait("helm-job", "ready with a completed batch",
                            lambda st: st.get("ready") is True and (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 1)
-        assert status["state"] == "Running"
+        assert status["state"] == LifecycleState.running
         driver = jobs.driver_pods("helm-job")[0]
         assert driver.spec.service_account_name == "streamjob-driver"
 

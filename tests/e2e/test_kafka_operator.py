@@ -24,6 +24,8 @@ import pytest
 import yaml
 from kubernetes import client
 
+from streamjob_contract.lifecycle import LifecycleState
+
 from testbed import TestBed
 from testbed.waiting import wait_for
 
@@ -182,7 +184,7 @@ def test_the_broker_down_mid_run_the_operator_restarts_the_job_then_each_window_
     # the broker is back: a restarted driver resumes from the checkpoint and every window is published once
     own_broker.restart()
     job.produce(EVENTS)
-    running = jobs.wait("kafka", "running again", lambda st: st.get("state") == "Running" and st.get("ready") is True, timeout=600)
+    running = jobs.wait("kafka", "running again", lambda st: st.get("state") == LifecycleState.running and st.get("ready") is True, timeout=600)
     job.wait_all_windows()
     assert drivers.max_seen == 1
     started = int(str(running["driverPod"]).rsplit("-", 1)[1])

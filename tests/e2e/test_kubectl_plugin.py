@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from streamjob_contract.lifecycle import LifecycleState
+
 from testbed import TestBed, locate
 from testbed.waiting import wait_for
 
@@ -71,7 +73,7 @@ def test_kubectl_streamjob_drives_a_real_job(
     assert row[:3] == ["plug", "Running", "True"] and int(row[3]) >= 1
     listed = json.loads(k.ok("streamjob", "list", "-A", "-o", "json"))
     mine = [j for j in listed if j["namespace"] == namespace]
-    assert [(j["name"], j["state"], j["ready"]) for j in mine] == [("plug", "Running", True)] and mine[0]["batch"] >= 1
+    assert [(j["name"], j["state"], j["ready"]) for j in mine] == [("plug", LifecycleState.running, True)] and mine[0]["batch"] >= 1
     assert mine[0]["watermarkLagSeconds"] is None  # a query without event time has no watermark to lag
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(Path(testbed.kubeconfig).read_text())
@@ -84,7 +86,7 @@ def test_kubectl_streamjob_drives_a_real_job(
     assert f"{namespace}/plug" in story and "Conditions" in story and "Events" in story
     assert "DriverCreated" in story and "plug-driver-1" in story
     doc = yaml.safe_load(k.ok(*sj, "status", "plug", "-o", "yaml"))
-    assert doc["status"]["state"] == "Running" and {c["type"] for c in doc["status"]["conditions"]} >= {"Ready", "Savepointing"}
+    assert doc["status"]["state"] == LifecycleState.running and {c["type"] for c in doc["status"]["conditions"]} >= {"Ready", "Savepointing"}
     assert "DriverCreated" in [e["reason"] for e in doc["events"]]
 
     # savepoint --wait: prints the path once the operator recorded it; it is in S3
@@ -146,7 +148,7 @@ def test_kubectl_streamjob_drives_a_real_job(
     assert f'streamjob "plug" in namespace "{namespace}" has no driver pod (state Suspended)' in no_driver.stderr
     k.ok(*sj, "resume", "plug", "--wait")
     resumed = jobs.status("plug")
-    assert resumed["state"] == "Running" and resumed["ready"] and resumed["driverPod"] == "plug-driver-2"
+    assert resumed["state"] == LifecycleState.running and resumed["ready"] and resumed["driverPod"] == "plug-driver-2"
     assert resumed["restoredFrom"] == suspended["lastSavepoint"]["path"]
     assert [h["trigger"] for h in json.loads(k.ok(*sj, "history", "plug", "-o", "json"))][:2] == ["suspend", "manual"]
 
@@ -156,7 +158,7 @@ def test_kubectl_streamjob_drives_a_real_job(
     assert restarted.returncode == 0, restarted
     assert "restart requested (restartNonce=1)" in restarted.stderr and "Running on plug-driver-3" in restarted.stderr
     after = jobs.status("plug")
-    assert after["state"] == "Running" and after["ready"] and after["driverPod"] == "plug-driver-3"
+    assert after["state"] == LifecycleState.running and after["ready"] and after["driverPod"] == "plug-driver-3"
     assert after["lastRestartNonce"] == 1 and after["restoredFrom"] == resumed["restoredFrom"]  # no new savepoint
     assert after["lastCheckpoint"]["batchId"] >= before
 

@@ -13,6 +13,8 @@ from typing import Any
 
 from kubernetes import client
 
+from streamjob_contract.lifecycle import LifecycleState
+
 from testbed import TestBed
 from testbed.waiting import wait_for
 
@@ -61,7 +63,7 @@ def test_a_job_runs_restarts_upgrades_suspends_resumes_and_is_deleted_with_a_sav
     # manual savepoint: the job keeps running, the savepoint is in S3 with its manifest
     jobs.patch("life", {"savepointNonce": 1})
     manual = jobs.wait("life", "a manual savepoint", lambda st: (st.get("lastSavepoint") or {}).get("trigger") == "manual")
-    assert manual["driverPod"] == "life-driver-2" and manual["state"] == "Running"
+    assert manual["driverPod"] == "life-driver-2" and manual["state"] == LifecycleState.running
     assert savepoint_manifest(s3, manual["lastSavepoint"]["path"]) is not None
 
     # image change -> stop with savepoint, new driver restores it into a fresh checkpoint location

@@ -22,6 +22,9 @@ from typing import Any, Callable
 
 from kubernetes import client
 
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_operator.api.status import OpKind
+
 from gitops_consumers import argo_health, kstatus, sanitized, write_yaml
 from streamjob_e2e import DEV_IMAGE, Jobs, JobWatch, Operator, rate_job
 from testbed import TestBed
@@ -44,7 +47,7 @@ def _op(st: dict[str, Any]) -> dict[str, Any]:
     return st.get("operation") or {}
 
 
-def _in(state: str | None, kind: str | None) -> Callable[[dict[str, Any]], bool]:
+def _in(state: LifecycleState, kind: OpKind | None) -> Callable[[dict[str, Any]], bool]:
     return lambda st: st.get("state") == state and _op(st).get("kind") == kind
 
 
@@ -70,34 +73,36 @@ def test_argo_health_and_kstatus_follow_a_job_through_its_lifecycle(
         jobs.wait_ready("gitops")
         jobs.wait("gitops", "a completed checkpoint", lambda st: (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 1)
         captured["running"] = [jobs.get("gitops")]
-        captured["deploying"] = history.recorded("gitops", "in Deploying (deploy)", _in("Deploying", "deploy"))
+        captured["deploying"] = history.recorded("gitops", "in Deploying (deploy)", _in(LifecycleState.deploying, OpKind.deploy))
 
         jobs.patch("gitops", {"savepointNonce": 1})
         jobs.wait("gitops", "the manual savepoint", lambda st: (st.get("lastSavepoint") or {}).get("trigger") == "manual"
                   and st.get("operation") is None)
-        captured["savepoint"] = history.recorded("gitops", "with a savepoint in progress", _in("Running", "savepoint"))
+        captured["savepoint"] = history.recorded("gitops", "with a savepoint in progress", _in(LifecycleState.running, OpKind.savepoint))
 
         jobs.patch("gitops", {"image": UNKNOWN_IMAGE, "rollback": {"readinessTimeoutSeconds": 15}})
         jobs.wait("gitops", "rolled back and running the old spec",
-                  lambda st: (st.get("blockedChange") or {}).get("reason") == "RolledBack" and st.get("state") == "Running"
+                  lambda st: (st.get("blockedChange") or {}).get("reason") == "RolledBack" and st.get("state") == LifecycleState.running
                   and st.get("ready") is True and st.get("operation") is None, timeout=300)
         captured["rolled-back"] = [jobs.get("gitops")]
-        captured["upgrading"] = history.recorded("gitops", "in Upgrading (upgrade)", _in("Upgrading", "upgrade"))
+        captured["upgrading"] = history.recorded("gitops", "in Upgrading (upgrade)", _in(LifecycleState.upgrading, OpKind.upgrade))
 
         # the typo reverted and the job suspended in one edit: the spec is met again, suspended
         jobs.patch("gitops", {"image": DEV_IMAGE, "rollback": {"readinessTimeoutSeconds": 300}, "state": "suspended"})
-        jobs.wait("gitops", "suspended", lambda st: st.get("state") == "Suspended" and st.get("operation") is None, timeout=180)
+        jobs.wait("gitops", "suspended", lambda st: st.get("state") == LifecycleState.suspended and st.get("operation") is None, timeout=180)
         captured["suspended"] = [jobs.get("gitops")]
 
-        jobs.wait("gitops-fail", "Failed", lambda st: st.get("state") == "Failed", timeout=120)
+        jobs.wait("gitops-fail", "Failed", lambda st: st.get("state") == LifecycleState.failed, timeout=120)
         captured["failed"] = [jobs.get("gitops-fail")]
 
         # the recorded history: each state in the order the lifecycle goes through them
-        lifecycle = [("Deploying", "deploy"), ("Running", None), ("Running", "savepoint"), ("Running", None),
-                     ("Upgrading", "upgrade"), ("RollingBack", "rollback"), ("Running", None), ("Suspended", None)]
-        history.recorded("gitops", "Suspended", _in("Suspended", None))  # the watch has caught up with the last wait
+        lifecycle = [(LifecycleState.deploying, OpKind.deploy), (LifecycleState.running, None),
+                     (LifecycleState.running, OpKind.savepoint), (LifecycleState.running, None),
+                     (LifecycleState.upgrading, OpKind.upgrade), (LifecycleState.rolling_back, OpKind.rollback),
+                     (LifecycleState.running, None), (LifecycleState.suspended, None)]
+        history.recorded("gitops", "Suspended", _in(LifecycleState.suspended, None))  # the watch has caught up with the last wait
         assert _is_subsequence(lifecycle, history.transitions("gitops")), history.transitions("gitops")
-        assert history.transitions("gitops-fail")[-1] == ("Failed", None), history.transitions("gitops-fail")
+        assert history.transitions("gitops-fail")[-1] == (LifecycleState.failed, None), history.transitions("gitops-fail")
     # the events of each step; the last one is posted after the status write that the wait above saw
     jobs.wait_event("gitops", "Suspended")
     assert {"Deploying", "DriverCreated", "Savepointing", "SavepointCompleted", "Upgrading", "RollingBack",

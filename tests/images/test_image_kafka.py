@@ -1,4 +1,4 @@
-"""The runtime image's Kafka support: the connector jars of testbed/build/kafka-jars.txt are in
+"""The runtime image's Kafka support: the connector jars of images/runtime/kafka-jars.txt are in
 Spark's jar directory, and Spark inside the image reads and writes the test bed's broker with
 them (the roundtrip of tests/kafka, with no jar added: only the image's /opt/spark/jars), and
 confluent-kafka (the exactly-once sink's client) is installed.
@@ -19,7 +19,7 @@ RECORDS = 200
 
 
 def listed_jars() -> set[str]:
-    lines = (REPO / "testbed" / "build" / "kafka-jars.txt").read_text().splitlines()
+    lines = (REPO / "images" / "runtime" / "kafka-jars.txt").read_text().splitlines()
     coordinates = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
     return {f"{c.split(':')[1]}-{c.split(':')[2]}.jar" for c in coordinates}
 

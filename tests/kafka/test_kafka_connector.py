@@ -1,6 +1,6 @@
 """The Kafka connector from Spark 4.2.0 works with the pinned pyspark 4.3.0, through a real broker.
 
-No spark-sql-kafka-0-10_2.13 is published for 4.3.0 (testbed/build/kafka-jars.txt); this
+No spark-sql-kafka-0-10_2.13 is published for 4.3.0 (images/runtime/kafka-jars.txt); this
 test is the proof docs/delivery.md points at: Spark's batch writer and reader, and a
 streaming query through Spark's Kafka source and sink, with the exact jars the runtime
 puts on its classpath, against the test bed's KRaft broker; the result is read back with

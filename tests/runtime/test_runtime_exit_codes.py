@@ -135,7 +135,7 @@ def test_spark_side_failures_exit_with_their_codes(processes: list[RuntimeProces
     ended = throws.termination()
     assert ended["outcome"] == "failed" and "amount too large: 99" in ended["message"]
 
-    # the connector is on the classpath (testbed/build/kafka-jars.txt): a broker nobody listens on
+    # the connector is on the classpath (images/runtime/kafka-jars.txt): a broker nobody listens on
     # fails the query, and the message names the source, its brokers and its topic
     kafka = started["kafka"]
     assert kafka.wait(400) == ExitCode.FAILED, kafka.log_tail()

@@ -19,6 +19,8 @@ import runtime_outputs as outputs
 from runtime_harness import RuntimeProcess, example_job, run_args
 from runtime_inputs import Input
 
+from streamjob_contract.runtime_status import RunState
+
 Check = Callable[[dict[str, Any]], bool]
 
 
@@ -27,7 +29,7 @@ def committed(n: int) -> Check:
 
 
 STARTING: Check = lambda s: True  # noqa: E731 - the endpoint answers before the JVM is up
-QUERY_STARTED: Check = lambda s: s["state"] == "RUNNING"  # noqa: E731
+QUERY_STARTED: Check = lambda s: s["state"] == RunState.RUNNING  # noqa: E731
 
 # (when, then wait seconds): 5 kills spread over the stream of 11 batches (10 files + a no-data batch).
 KILLS: list[tuple[str, Check, float]] = [

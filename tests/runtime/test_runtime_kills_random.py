@@ -36,6 +36,8 @@ from pause_points import PausePoint, jvm_hook_args
 from runtime_harness import RuntimeProcess, example_job, run_args, runtime_env
 from runtime_inputs import SEED, Input, load_generator
 
+from streamjob_contract.runtime_status import RunState
+
 from streamjob_contract.exitcodes import ExitCode
 
 FILES = 60
@@ -160,7 +162,7 @@ def test_fifty_kills_at_random_and_named_instants_then_exactly_once(
             point = PausePoint(f"savepoint:{copied}", f"{'stop-with-' if stop else 'running '}savepoint, {copied} files copied")
             started = time.monotonic()
             proc = chain.start(point)
-            proc.wait_for("a commit", lambda s: s["latestCompletedBatch"] is not None and s["state"] == "RUNNING", timeout=180)
+            proc.wait_for("a commit", lambda s: s["latestCompletedBatch"] is not None and s["state"] == RunState.RUNNING, timeout=180)
             target = chain.tmp_path / f"sp-killed-{len(chain.kills)}"
             code, body = proc.request("POST", "/savepoints", {"path": target.as_uri(), "stop": stop})
             assert code == 202, body
@@ -190,7 +192,7 @@ def test_fifty_kills_at_random_and_named_instants_then_exactly_once(
 def switch_checkpoint(chain: Chain, rng: random.Random, number: int) -> None:
     """A completed stop-with-savepoint, then its restore into a fresh checkpoint, killed mid-copy."""
     proc = chain.start()
-    proc.wait_for("a commit", lambda s: s["latestCompletedBatch"] is not None and s["state"] == "RUNNING", timeout=180)
+    proc.wait_for("a commit", lambda s: s["latestCompletedBatch"] is not None and s["state"] == RunState.RUNNING, timeout=180)
     savepoint = chain.tmp_path / f"sp-{number}"
     code, body = proc.request("POST", "/savepoints", {"path": savepoint.as_uri(), "stop": True})
     assert code == 202, body

@@ -22,6 +22,7 @@ from runtime_inputs import Input
 from test_runtime_savepoints import SLOW_TRIGGER, wait_savepoint
 
 from job_runtime.savepoints import IN_PROGRESS_MARKER, MANIFEST_NAME
+from streamjob_contract.runtime_status import RunState
 
 
 def files_under(root: Path) -> dict[str, bytes]:
@@ -70,7 +71,7 @@ def test_savepoint_requests_are_confined_and_delete_nothing_foreign(
     failed = wait_savepoint(proc, str(accepted["id"]))
     assert failed["state"] == "FAILED", failed
     assert "holds files that are not a savepoint in progress of ours (first: 2024/rows.csv)" in str(failed["error"]), failed
-    assert proc.status()["state"] == "RUNNING"
+    assert proc.status()["state"] == RunState.RUNNING
     assert files_under(elsewhere) == before[elsewhere]
     assert files_under(foreign) == {"2024/rows.csv": b"a,b\n1,2\n"}
     # the committed log entries (an entry being written at the snapshot, `.N.<uuid>.tmp`, is renamed since)

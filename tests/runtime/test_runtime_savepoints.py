@@ -21,6 +21,7 @@ from runtime_harness import RuntimeProcess, example_job, run_args
 from runtime_inputs import FILES, Input
 
 from streamjob_contract.exitcodes import ExitCode
+from streamjob_contract.runtime_status import RunState
 from job_runtime.savepoints import MANIFEST_NAME
 
 SLOW_TRIGGER = "1 second"  # at most one batch a second: the stream is still going when the savepoint comes
@@ -57,7 +58,7 @@ def test_stop_with_savepoint_then_restore_in_a_new_process(events: Input, proces
     assert code == 202, accepted
     failed = wait_savepoint(first, str(accepted["id"]))
     assert failed["state"] == "FAILED" and failed["error"], failed
-    running = first.wait_for("the restarted query", lambda s: s["state"] == "RUNNING" and s["queryStarts"] == 2)
+    running = first.wait_for("the restarted query", lambda s: s["state"] == RunState.RUNNING and s["queryStarts"] == 2)
     before = running["latestCompletedBatch"]
     first.wait_for("progress after the failed savepoint", lambda s: s["latestCompletedBatch"] > before)
 
@@ -94,7 +95,7 @@ def test_savepoint_while_running_restores_consistently(events: Input, processes:
 
     # The endpoint: health needs no token, everything else needs the right one.
     code, health = first.request("GET", "/healthz", token=None)
-    assert code == 200 and health["state"] in ("STARTING", "RUNNING"), health
+    assert code == 200 and health["state"] in (RunState.STARTING, RunState.RUNNING), health
     assert first.request("GET", "/status", token=None)[0] == 401
     assert first.request("GET", "/status", token="wrong-token")[0] == 401
     assert first.request("POST", "/savepoints", {"stop": True}, token="wrong-token")[0] == 401
@@ -108,7 +109,7 @@ def test_savepoint_while_running_restores_consistently(events: Input, processes:
     assert done["state"] == "COMPLETED", done
     batch = int(done["batchId"])  # type: ignore[arg-type]
     status = first.wait_for("progress past the savepoint", lambda s: (s["latestCompletedBatch"] or -1) > batch)
-    assert status["state"] == "RUNNING" and status["queryStarts"] == 1
+    assert status["state"] == RunState.RUNNING and status["queryStarts"] == 1
     assert status["queryId"] and status["runId"] and status["lastBatchId"] is not None
     assert status["watermark"].startswith("2024-01-01T") and status["stateRows"] > 0 and status["stateMemoryBytes"] > 0
     assert status["batchDurationMs"] > 0 and status["inputRowsPerSecond"] is not None and status["lastError"] is None

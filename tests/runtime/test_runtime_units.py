@@ -20,7 +20,7 @@ from job_runtime.query.pipeline import sink_input
 from job_runtime.query.session import ROCKSDB_PROVIDER, engine_conf, redacted
 from job_runtime.settings import RuntimeSettings, S3Settings, SettingsError, validate
 from job_runtime.query.progress import LateRowsTotal, progress_fields
-from streamjob_contract.runtime_status import watermark_ms
+from streamjob_contract.runtime_status import RuntimeStatus, watermark_ms
 
 
 def settings(**overrides: Any) -> RuntimeSettings:
@@ -95,7 +95,9 @@ def test_status_fields_from_progress() -> None:
     assert fields["watermarkMs"] == watermark_ms("2024-01-01T00:00:15.000Z") == 1_704_067_215_000
     assert fields["stateRows"] == 7 and fields["stateMemoryBytes"] == 1024 and fields["rowsDroppedByWatermark"] == 1
     assert fields["batchDurationMs"] == 850 and fields["processedRowsPerSecond"] is None
-    assert all(v is None for v in progress_fields(None).values())
+    before_first = RuntimeStatus.checked({"state": "RUNNING", **progress_fields(None)})
+    assert {key: before_first[key] for key in fields} == dict.fromkeys(fields)  # every progress field says None
+    assert set(fields) < set(before_first)
 
 
 def _report(batch: int, dropped: int, ran: bool = True) -> dict[str, object]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from streamjob_contract.exitcodes import ExitCode
-from streamjob_contract.runtime_status import SavepointState
+from streamjob_contract.runtime_status import RunState, RuntimeStatus, SavepointState
 from streamjob_operator.api.spec import StreamJobSpec, parse_spec
 from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator.api.status import (
@@ -105,8 +105,8 @@ def failed(name: str = "wc-driver-1", code: int = 1, kind: ExitCode = ExitCode.F
     return DriverPod(name=name, phase=PodPhase.failed if code else PodPhase.succeeded, exit_code=code, exit_kind=kind, message=message)
 
 
-READY = JobProgress(reachable=True, ready=True, latest_completed_batch=42, run_id="r1", query_id="q1")
-NOT_READY = JobProgress(reachable=True, ready=False, run_id="r2", query_id="q1")
+READY = JobProgress(RuntimeStatus(state=RunState.RUNNING, last_batch_id=42, latest_completed_batch=42, run_id="r1", query_id="q1"))
+NOT_READY = JobProgress(RuntimeStatus(state=RunState.RUNNING, run_id="r2", query_id="q1"))  # no batch yet
 
 
 def obs(*drivers: DriverPod, job: JobProgress | None = READY, **kw: Any) -> Observations:

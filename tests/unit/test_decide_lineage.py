@@ -9,6 +9,8 @@ restore or rollback went ahead); the others hold the rule's edges.
 
 from __future__ import annotations
 
+from streamjob_contract.runtime_status import RunState, RuntimeStatus
+
 from typing import Any
 
 import pytest
@@ -41,8 +43,8 @@ from streamjob_operator.reconcile.model import CreateDriver, EnsureSupportObject
 
 SP_42 = SavepointInfo(path=UPGRADE_SP, batch_id=42, time=at(-60), trigger="upgrade")
 OLD_SP = "s3://other/sp-old"
-COMMITTING = JobProgress(reachable=True, ready=True, latest_completed_batch=45, run_id="r2", query_id="q1")
-UNREACHABLE = JobProgress(reachable=False)
+COMMITTING = JobProgress(RuntimeStatus(state=RunState.RUNNING, last_batch_id=45, latest_completed_batch=45, run_id="r2", query_id="q1"))
+UNREACHABLE = JobProgress()
 
 
 def upgrading(**over: Any) -> StreamJobStatus:

@@ -15,6 +15,7 @@ import pytest
 
 from streamjob_contract.exitcodes import ExitCode
 from streamjob_contract.lifecycle import LifecycleState
+from streamjob_contract.runtime_status import RunState, RuntimeStatus
 from streamjob_operator import handlers
 from streamjob_operator.api.spec import StreamJobSpec, parse_spec
 from streamjob_operator.api.status import StreamJobStatus
@@ -55,7 +56,7 @@ RUNNING_POD = DriverPod(name="wc-driver-1", phase=PodPhase.running, ip="127.0.0.
 @pytest.mark.parametrize(("job", "drivers", "kw", "expected"), [
     pytest.param(spec(state="suspended"), (), {}, True, id="created-suspended-idles"),
     pytest.param(spec(), (), {}, False, id="a-job-to-deploy-keeps-the-timer"),
-    pytest.param(spec(), (RUNNING_POD,), {"job": JobProgress(reachable=True, ready=True, latest_completed_batch=3)}, False,
+    pytest.param(spec(), (RUNNING_POD,), {"job": JobProgress(RuntimeStatus(state=RunState.RUNNING, last_batch_id=3, latest_completed_batch=3))}, False,
                  id="a-driver-keeps-the-timer"),
     pytest.param(spec(state="suspended"), (), {"problems": (Problem("S3Unreachable", "timed out"),)}, False,
                  id="an-observe-problem-keeps-the-timer"),

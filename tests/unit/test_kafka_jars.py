@@ -1,4 +1,4 @@
-"""The Kafka connector jars: one list (testbed/build/kafka-jars.txt) read by the test bed's
+"""The Kafka connector jars: one list (images/runtime/kafka-jars.txt) read by the test bed's
 fetch and by the runtime image's Maven step (the jars in the built image are checked
 against it by tests/images/test_images.py)."""
 
@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def listed() -> list[str]:
-    lines = (REPO / "testbed" / "build" / "kafka-jars.txt").read_text().splitlines()
+    lines = (REPO / "images" / "runtime" / "kafka-jars.txt").read_text().splitlines()
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 

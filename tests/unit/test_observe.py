@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from streamjob_contract.exitcodes import ExitCode
+from streamjob_contract.runtime_status import RuntimeStatus
+from streamjob_operator.api.status import MAX_MESSAGE, JobMetrics, StorageHygiene
 from streamjob_operator.reconcile.model import PodPhase
 from streamjob_operator.reconcile.observe import driver_pod, job_progress, termination_message
 
@@ -57,6 +59,35 @@ def test_readiness_needs_a_batch_in_this_run() -> None:
     assert job_progress({"state": "RUNNING", "lastBatchId": 0, "latestCompletedBatch": 7}).ready
     assert not job_progress({"state": "SAVEPOINTING", "lastBatchId": 3}).ready
     assert not job_progress({"state": "RUNNING", "lastBatchId": 3, "lastError": "boom"}).ready
+
+
+def test_a_body_that_is_not_a_status_reads_as_unreachable() -> None:
+    assert not job_progress({"state": "RUNNING", "lastBatchId": "not a number"}).reachable
+    assert job_progress({"state": "A_NEWER_STATE", "somethingNew": 1}).reachable  # a newer runtime's body still reads
+
+
+def test_every_field_status_shows_of_the_driver_comes_from_the_contract() -> None:
+    """status.job (JobMetrics) is declared once more only to be shown: each of its fields is the runtime's,
+    copied by name, so a field added to JobMetrics without its RuntimeStatus twin fails here."""
+    shown = set(JobMetrics.model_fields) - {"storage", "observed_at"}
+    numbers = iter(range(1, 100))
+    body: dict[str, object] = {}
+    for name in shown:
+        annotation = str(RuntimeStatus.model_fields[name].annotation) if name in RuntimeStatus.model_fields else ""
+        body[name] = f"v-{name}" if "str" in annotation else next(numbers)
+    storage = {name: (f"v-{name}" if name.endswith(("_at", "_error")) else next(numbers)) for name in StorageHygiene.model_fields}
+    runtime = RuntimeStatus.model_validate({**body, "storage": storage})
+    metrics = JobMetrics.of(runtime, observed_at="2026-01-02T00:00:00Z")
+    assert {name: getattr(metrics, name) for name in shown} == body
+    assert metrics.storage is not None and metrics.storage.model_dump() == storage
+    assert metrics.observed_at == "2026-01-02T00:00:00Z"
+
+
+def test_a_long_storage_error_is_clipped_to_fit_status() -> None:
+    runtime = RuntimeStatus.model_validate({"storage": {"passes": 1, "lastError": "x" * 5000}})
+    metrics = JobMetrics.of(runtime, observed_at="2026-01-02T00:00:00Z")
+    assert metrics.storage is not None and metrics.storage.last_error is not None
+    assert len(metrics.storage.last_error) == MAX_MESSAGE and metrics.storage.last_error.endswith("...")
 
 
 def test_a_plain_log_tail_keeps_its_last_lines() -> None:

@@ -1,11 +1,14 @@
-"""Packaging: the folders install under their package names, the console scripts answer, the version is set once."""
+"""Packaging: the folders install under their package names, the console scripts answer, the version is set once,
+and the product's wheel holds the product only (the test bed is a distribution of its own, testbed/pyproject.toml)."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,7 +28,10 @@ def test_operator_folder_is_importable_under_its_own_name():
     assert Path(pkg.__file__).parent.name == "operator"
 
 
-@pytest.mark.parametrize("script", ["streamjob-operator", "streamjob-runtime", "streamjob-savepoints", "streamjob-testbed", "kubectl-streamjob"])
+PRODUCT_SCRIPTS = ["streamjob-operator", "streamjob-runtime", "streamjob-savepoints", "kubectl-streamjob"]
+
+
+@pytest.mark.parametrize("script", [*PRODUCT_SCRIPTS, "streamjob-testbed"])
 def test_console_script_is_installed_and_answers_help(script):
     path = shutil.which(script) or str(Path(sys.executable).parent / script)
     result = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60)
@@ -43,3 +49,32 @@ def test_the_version_is_set_once_and_the_chart_follows_it():
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     chart = yaml.safe_load((REPO / "charts" / "streamjob" / "Chart.yaml").read_text())
     assert (streamjob_contract.__version__, chart["appVersion"]) == (declared, declared)
+
+
+def test_the_product_wheel_holds_no_test_bed(tmp_path):
+    """Built as the images build it (pip wheel --no-deps), from a tree that also holds testbed/."""
+    src = tmp_path / "src"
+    for name in ("contract", "operator", "job_runtime", "cli", "testbed"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"), str(src)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    (wheel,) = (tmp_path / "dist").glob("streamjob-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (entry_points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
+        scripts = {line.split(" = ")[0] for line in archive.read(entry_points).decode().splitlines() if " = " in line}
+    assert {name.split("/")[0] for name in names} == {
+        "streamjob_contract", "streamjob_operator", "job_runtime", "streamjob_cli", wheel.name.split("-py3")[0] + ".dist-info",
+    }, sorted({name.split("/")[0] for name in names})
+    assert sorted(scripts) == sorted(PRODUCT_SCRIPTS)
+
+
+def test_the_test_bed_is_installed_as_its_own_distribution():
+    """The dev venv has it beside the product (scripts/bootstrap.sh, README), under its own name and script."""
+    testbed = importlib.metadata.distribution("streamjob-testbed")
+    assert {e.name for e in testbed.entry_points if e.group == "console_scripts"} == {"streamjob-testbed"}
+    product = importlib.metadata.distribution("streamjob")
+    assert {e.name for e in product.entry_points if e.group == "console_scripts"} == set(PRODUCT_SCRIPTS)

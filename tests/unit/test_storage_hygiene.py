@@ -169,16 +169,18 @@ def test_the_drivers_storage_report_reaches_status_job_storage() -> None:
     from streamjob_operator.api.status import StreamJobStatus
     from streamjob_operator.reconcile.decide import decide
     from streamjob_operator.reconcile.model import DriverPod, Observations, PodPhase
+    from streamjob_contract.runtime_status import RunState, RuntimeStatus
     from streamjob_operator.reconcile.observe import job_progress
 
     body = {"state": "RUNNING", "lastBatchId": 5, "latestCompletedBatch": 5,
             "storage": {"passes": 2, "prunedRunDirs": 1, "prunedSavepointDirs": 3, "lastPassAt": "2026-01-02T12:00:00Z",
                         "lastError": "savepoint directories: ClientError: " + "x" * 5000}}
     progress = job_progress(body)
-    assert progress.storage is not None and (progress.storage.pruned_run_dirs, progress.storage.pruned_savepoint_dirs) == (1, 3)
-    assert job_progress({"state": "RUNNING"}).storage is None  # an older runtime has no report
+    report = progress.runtime.storage if progress.runtime is not None else None
+    assert report is not None and (report.pruned_run_dirs, report.pruned_savepoint_dirs) == (1, 3)
+    assert job_progress({"state": "RUNNING"}).runtime == RuntimeStatus(state=RunState.RUNNING)  # an older runtime has no report
     garbled = job_progress({"state": "RUNNING", "storage": {"passes": "2", "prunedRunDirs": -1, "prunedSavepointDirs": True}})
-    assert garbled.storage == job_progress({"state": "RUNNING", "storage": {}}).storage  # what is not a count counts 0
+    assert garbled == job_progress({"state": "RUNNING", "storage": {}})  # what is not a count counts 0
 
     spec = parse_spec({"image": "i", "job": {"entrypoint": "m:f"}, "checkpoint": {"location": "s3a://b/ck"}})
     text = spec_json(spec)

@@ -25,13 +25,12 @@ from streamjob_operator.api.status import (
     OpKind,
     Phase,
     ReconcileError,
-    StorageHygiene,
     StreamJobStatus,
 )
 
-from ..model import Event, Problem, StorageReport
+from ..model import Event, Problem
 from ..policy import fmt_time
-from .context import PROGRESS_REASON, Pass, clip
+from .context import Pass, clip
 
 ORDER = ["Ready", "Progressing", "Degraded", "Savepointing", "Reconciling", "Stalled"]
 # states the operator leaves only on a spec or nonce change, though the spec asks for a running job
@@ -39,37 +38,12 @@ STUCK = (LifecycleState.failed, LifecycleState.finished, LifecycleState.rolling_
 MOVING = (LifecycleState.deploying, LifecycleState.upgrading, LifecycleState.restarting, LifecycleState.suspending)
 
 
-def storage_hygiene(report: StorageReport | None) -> StorageHygiene | None:
-    if report is None:
-        return None
-    return StorageHygiene(
-        passes=report.passes, pruned_run_dirs=report.pruned_run_dirs, pruned_savepoint_dirs=report.pruned_savepoint_dirs,
-        last_pass_at=report.last_pass_at, last_error=clip(report.last_error) if report.last_error else None,
-    )
-
-
 def record_progress(p: Pass) -> None:
     job = p.obs.job
     batch: int | None = None
-    if job is not None and job.reachable:
-        p.update(
-            job=JobMetrics(
-                query_id=job.query_id,
-                run_id=job.run_id,
-                last_batch_id=job.last_batch_id,
-                watermark=job.watermark,
-                input_rows_per_second=job.input_rows_per_second,
-                processed_rows_per_second=job.processed_rows_per_second,
-                state_rows=job.state_rows,
-                state_memory_bytes=job.state_memory_bytes,
-                rows_dropped_by_watermark=job.rows_dropped_by_watermark,
-                late_rows_dropped_total=job.late_rows_dropped_total,
-                batch_duration_ms=job.batch_duration_ms,
-                storage=storage_hygiene(job.storage),
-                observed_at=p.t(),
-            )
-        )
-        batch = job.latest_completed_batch
+    if job is not None and job.runtime is not None:
+        p.update(job=JobMetrics.of(job.runtime, observed_at=p.t()))
+        batch = job.runtime.latest_completed_batch
     if batch is None:
         batch = p.obs.checkpoint_batch
     last = p.st.last_checkpoint
@@ -133,7 +107,7 @@ def conditions(p: Pass) -> None:
                       st.last_error if st.state is LifecycleState.failed and st.last_error else f"The job is {state}")
 
     if op is not None:
-        set_condition(p, "Progressing", "True", PROGRESS_REASON.get(op.kind, "Progressing"),
+        set_condition(p, "Progressing", "True", op.kind.progress_reason,
                       f"{op.kind} {op.phase}: {op.message}" if op.message else f"{op.kind} {op.phase}")
     elif st.blocked_change is not None:
         set_condition(p, "Progressing", "False", st.blocked_change.reason, st.blocked_change.message)
@@ -202,7 +176,7 @@ def kstatus_conditions(p: Pass, ready: bool) -> None:
         return
     set_condition(p, "Stalled", "False", "AsExpected", "")
     if op is not None:
-        set_condition(p, "Reconciling", "True", PROGRESS_REASON.get(op.kind, "Progressing"),
+        set_condition(p, "Reconciling", "True", op.kind.progress_reason,
                       f"{op.kind} {op.phase}: {op.message}" if op.message else f"{op.kind} {op.phase}")
     elif st.next_restart_at is not None:
         set_condition(p, "Reconciling", "True", "RestartScheduled", f"The driver is restarted at {st.next_restart_at}")

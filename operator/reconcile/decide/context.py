@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from streamjob_operator.api.spec import StreamJobSpec
-from streamjob_contract.lifecycle import LifecycleState
-from streamjob_operator.api.status import MAX_MESSAGE, BlockedChange, OpKind, Operation, StreamJobStatus
+from streamjob_operator.api.status import BlockedChange, Operation, StreamJobStatus
+from streamjob_operator.api.status import clip as clip  # re-exported: decide's modules clip with it
 
 from .. import names
 from ..model import Action, CreateDriver, Decision, DeleteDriver, DriverPod, Event, Observations, PodPhase, TriggerSavepoint, is_disruptive
@@ -27,29 +27,6 @@ from ..policy import fmt_time, parse_time
 POLL_SECONDS = 2.0  # while an operation waits on the world
 FORCE_DELETE_GRACE_SECONDS = 30  # after the deletion deadline, how long force-deleted pods may linger
 STUCK_TERMINATING_SECONDS = 60  # a pod still there this long after its grace period is on a lost node: force-delete it
-
-
-STATE_OF_KIND = {
-    OpKind.deploy: LifecycleState.deploying,
-    OpKind.restart: LifecycleState.restarting,
-    OpKind.upgrade: LifecycleState.upgrading,
-    OpKind.rollback: LifecycleState.rolling_back,
-    OpKind.suspend: LifecycleState.suspending,
-    OpKind.resume: LifecycleState.deploying,
-    OpKind.savepoint: LifecycleState.running,
-    OpKind.delete: LifecycleState.deleting,
-}
-
-PROGRESS_REASON = {
-    OpKind.deploy: "Deploying",
-    OpKind.restart: "Restarting",
-    OpKind.upgrade: "Upgrading",
-    OpKind.rollback: "RollingBack",
-    OpKind.suspend: "Suspending",
-    OpKind.resume: "Resuming",
-    OpKind.savepoint: "Savepointing",
-    OpKind.delete: "Deleting",
-}
 
 
 @dataclass(frozen=True)
@@ -83,10 +60,6 @@ def hash_text(text: str) -> str:
 
 def spec_hash(spec: StreamJobSpec) -> str:
     return hash_text(spec_json(spec))
-
-
-def clip(text: str, limit: int = MAX_MESSAGE) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Pass:

@@ -17,7 +17,7 @@ from streamjob_operator.api.status import CheckpointInfo, OpKind, Operation, Pha
 from .. import names
 from ..model import CreateDriver, DriverPod, EnsureSupportObjects, PodPhase
 from . import lineage
-from .context import POLL_SECONDS, STATE_OF_KIND, Pass, Steps, clip, hash_text, spec_json
+from .context import POLL_SECONDS, Pass, Steps, clip, hash_text, spec_json
 from .strays import delete_strays
 
 
@@ -60,7 +60,7 @@ def enter_deploying(p: Pass, op: Operation, deploy_spec_json: str) -> None:
         deployed_at=p.t(),
         last_reconciled_spec=deploy_spec_json,
         operation=op.model_copy(update={"phase": Phase.deploying, "deadline": deadline}),
-        state=STATE_OF_KIND[op.kind],
+        state=op.kind.lifecycle_state,
         ready=False,
         job=None,
     )
