@@ -53,7 +53,7 @@ from typing import Any
 
 import yaml
 
-from testbed import hostfacts, imagestore, locate
+from testbed import hostfacts, imagestore, locate, podnet
 from testbed import kubeconfig as kubeconfig_file
 from testbed import pki as pki_mod
 from testbed.proc import ComponentError, ManagedProcess, free_port, tail
@@ -62,9 +62,7 @@ log = logging.getLogger(__name__)
 
 NODE_HOME = Path(os.environ.get("STREAMJOB_NODE_DIR") or "/var/lib/streamjob-testbed-node")
 LOCK_FILE = Path(os.environ.get("STREAMJOB_NODE_LOCK") or "/run/lock/streamjob-testbed-node.lock")
-BRIDGE = "sjnode0"
-POD_SUBNET = "10.244.0.0/24"
-BRIDGE_IP = "10.244.0.1"
+BRIDGE, POD_SUBNET, BRIDGE_IP = podnet.BRIDGE, podnet.POD_SUBNET, podnet.BRIDGE_IP
 BRIDGE_PREFIX = 24
 CNI_NETWORK = "streamjob-pods"
 CGROUP_PARENT = "streamjob-node"
@@ -345,6 +343,9 @@ class RealNode:
             ["-I", "FORWARD", "1", "-j", CHAIN],
         ):
             _run(["iptables", "-w", "5", "-t", "mangle", *args])
+        # the host's clients reach the servers on the bridge through a loopback alias, and
+        # nothing for the pod or Service range leaves through another interface (testbed.podnet)
+        podnet.install(_run)
 
         for top in self._cgroup_tops():
             top.mkdir(exist_ok=True)
