@@ -296,10 +296,21 @@ class TestBed:
         return s3_client(self.s3)
 
     def s3_endpoint_for_pods(self) -> str:
-        """Where a pod reaches S3: on the real node the ``s3`` Service (testbed.podnet); on the
-        process kubelet, whose pods share the host's network, the host's own endpoint."""
+        """Where a pod reaches S3: on the real node the ``s3`` Service's name (testbed.podnet), which
+        host processes cannot resolve; on the process kubelet, whose pods share the host's network,
+        the host's own endpoint."""
         assert self.s3 is not None, "the test bed is not started"
         return podnet.s3_endpoint_for_pods() if self.node_kind == "real" else self.s3.endpoint
+
+    def s3_endpoint_for_pods_and_host(self) -> str:
+        """An S3 endpoint for a StreamJob whose operator runs on the host (it reads checkpoints and
+        deletes savepoints with the spec's endpoint): on the real node the bridge's address, which
+        pods and the host both reach while the node runs (host processes that dial it, like those
+        that dial pod IPs, stop before the node: testbed.podnet's guard goes with it)."""
+        assert self.s3 is not None, "the test bed is not started"
+        if self.node_kind != "real":
+            return self.s3.endpoint
+        return self.s3.endpoint.replace(podnet.HOST_ALIAS, BRIDGE_IP)
 
     def spark_s3a_conf(self) -> dict[str, str]:
         """Spark confs for s3a:// against the test bed's S3 (jars on the driver/executor classpath)."""

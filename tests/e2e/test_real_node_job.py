@@ -67,7 +67,8 @@ def minimal_job(name: str, bed: TestBed, prefix: str) -> dict[str, Any]:
     spec = job["spec"]
     spec["image"] = IMAGE
     spec["checkpoint"] = {"location": f"s3a://streamjob/{prefix}/checkpoint", "triggerInterval": "2 seconds"}
-    spec["s3"]["endpoint"] = bed.s3_endpoint_for_pods()
+    # the operator runs on the host and reads the checkpoint too: an endpoint both reach (the bridge's address)
+    spec["s3"]["endpoint"] = bed.s3_endpoint_for_pods_and_host()
     spec["s3"]["credentialsSecret"] = {"name": "s3"}
     spec["job"]["pipeline"]["sink"]["path"] = f"s3a://streamjob/{prefix}/output"
     spec["executor"] = {"instances": 0, "memory": "512m"}
@@ -97,10 +98,12 @@ def test_a_streamjob_runs_in_a_real_container_checkpoints_to_s3_and_restarts_fro
     jobs = Jobs(api, namespace)
     prefix = f"real/{namespace}"
     try:
+        applied = time.monotonic()
         jobs.apply(minimal_job("minimal", real_bed, prefix))
 
         first = jobs.wait("minimal", "Ready with a committed batch",
                           lambda st: st.get("ready") is True and st.get("state") == "Running" and batch_id(st) >= 0, 240)
+        print(f"first driver Ready with batch {batch_id(first)} {time.monotonic() - applied:.1f}s after apply")
         assert first["driverPod"] == "minimal-driver-1"
         driver = core.read_namespaced_pod("minimal-driver-1", namespace)
         container_id = driver.status.container_statuses[0].container_id
@@ -116,9 +119,11 @@ def test_a_streamjob_runs_in_a_real_container_checkpoints_to_s3_and_restarts_fro
         # new driver from the latest completed checkpoint, and the batch id never goes back
         before = batch_id(jobs.status("minimal"))
         real_bed.node.ctr("tasks", "kill", "--signal", "SIGKILL", container_id.removeprefix("containerd://"))
+        killed = time.monotonic()
         restarted = jobs.wait("minimal", "Ready on a second driver",
                               lambda st: st.get("driverPod") == "minimal-driver-2" and st.get("ready") is True
                               and st.get("state") == "Running", 240)
+        print(f"second driver Ready with batch {batch_id(restarted)} {time.monotonic() - killed:.1f}s after the kill")
         assert restarted["totalRestarts"] == 1
         assert restarted["checkpointLocation"] == first["checkpointLocation"]
         failed = [m for r, m in jobs.events("minimal") if r == "DriverFailed"]
@@ -128,6 +133,12 @@ def test_a_streamjob_runs_in_a_real_container_checkpoints_to_s3_and_restarts_fro
         second = core.read_namespaced_pod("minimal-driver-2", namespace).status.container_statuses[0].container_id
         assert second.startswith("containerd://") and second != container_id
         assert batch_id(after) > before
+        assert "S3Error" not in jobs.reasons("minimal"), jobs.events("minimal")
+    except BaseException:
+        for pod in core.list_namespaced_pod(namespace).items:
+            log = core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=60, _preload_content=False).data
+            print(f"--- pod {pod.metadata.name} ({pod.status.phase}) log tail ---\n{log.decode(errors='replace')}")
+        raise
     finally:
         operator.stop()
         print(f"--- operator log {operator.log_path} (tail) ---\n{operator.log()[-4000:]}")
