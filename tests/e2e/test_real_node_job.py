@@ -60,7 +60,8 @@ def api(real_bed: TestBed) -> Iterator[client.ApiClient]:
 
 
 def minimal_job(name: str, bed: TestBed, prefix: str) -> dict[str, Any]:
-    """examples/minimal.yaml with the runtime image, S3 as pods reach it, no executor pods (the driver's local master)."""
+    """examples/minimal.yaml with the runtime image, S3 as pods and the host operator reach it, no executor pods
+    (the driver's local master), 2 state partitions."""
     manifests = list(yaml.safe_load_all((REPO / "examples" / "minimal.yaml").read_text()))
     job: dict[str, Any] = next(m for m in manifests if m["kind"] == "StreamJob")
     job["metadata"] = {"name": name}
@@ -73,6 +74,7 @@ def minimal_job(name: str, bed: TestBed, prefix: str) -> dict[str, Any]:
     spec["job"]["pipeline"]["sink"]["path"] = f"s3a://streamjob/{prefix}/output"
     spec["executor"] = {"instances": 0, "memory": "512m"}
     spec["driver"] = {"memory": "512m"}
+    spec["statePartitions"] = 2  # the window counts' state in 2 partitions, not Spark's 200: seconds per batch on 1 core
     spec["restartPolicy"] = {"type": "ExponentialBackoff", "delaySeconds": 1, "maxDelaySeconds": 5, "maxRestarts": 5}
     return job
 
