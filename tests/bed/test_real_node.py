@@ -201,12 +201,15 @@ def test_host_reaches_a_pod_on_the_bridge(core: client.CoreV1Api, real_bed: Test
 
 
 def test_a_host_packet_for_the_pod_range_that_would_leave_on_another_interface_is_refused(real_bed: TestBed) -> None:
-    # A dummy interface stands in for the way out: what is routed into it vanishes on this machine
-    # (a dummy device sends nothing anywhere), so this test sends nothing off it even if the guard failed.
-    # A /32 route into it, more specific than the bridge's /24, is the wrong turn.
+    # A veth pair with both ends on this machine stands in for the way out (this kernel has no dummy
+    # device): whatever goes into one end comes out of the other, here, so this test sends nothing off
+    # the machine even if the guard failed. A /32 route into it, more specific than the bridge's /24,
+    # is the wrong turn; without the guard the connection fails differently (no ARP answer: no route
+    # to host, or a timeout), not with a reset at once.
     dummy, target = "sjguard0", "10.244.0.250"
-    subprocess.run(["ip", "link", "add", dummy, "type", "dummy"], check=True)
+    subprocess.run(["ip", "link", "add", dummy, "type", "veth", "peer", "name", "sjguard1"], check=True)
     try:
+        subprocess.run(["ip", "link", "set", "sjguard1", "up"], check=True)
         subprocess.run(["ip", "link", "set", dummy, "up"], check=True)
         subprocess.run(["ip", "route", "add", f"{target}/32", "dev", dummy], check=True)
         started = time.monotonic()
