@@ -5,7 +5,8 @@ Called by ``tests/conftest.py`` (one test bed per pytest session) and by
 kube-apiserver (RBAC on), kube-controller-manager, versitygw (S3), Kafka
 (KRaft, when asked for), then the node: the process kubelet (``testbed/kubelet/``) by default, or with
 ``node="real"`` a real one (``testbed.node``: containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS on
-a bridge inside this machine; the API server then binds to the bridge's address, where pods reach it).
+a bridge inside this machine; the API server and S3 then bind to the bridge's address, where pods reach them,
+and host clients dial its loopback alias: ``testbed.podnet``).
 Everything lives in one run directory (certs, kubeconfigs, data, logs), kept when something fails.
 """
 

@@ -14,6 +14,9 @@ next ``claim()``, which sweeps the leftovers first):
   interface), and no MASQUERADE is configured by us (kube-proxy's only rewrites
   Service traffic to pods); CoreDNS answers the cluster zone and NXDOMAIN for the rest;
   containerd may pull from no registry (every host is 127.0.0.1:1);
+- the bridge's loopback alias 127.244.0.1 (a nat OUTPUT rule to 10.244.0.1, which host
+  clients dial instead of the bridge) and a guard in filter OUTPUT rejecting pod- and
+  Service-range packets that would leave on any other interface (``testbed.podnet``);
 - ``net.ipv4.ip_forward=1`` (a pod reaching a Service whose endpoint is another pod on
   the bridge is routed back onto it), restored to its former value;
 - cgroups under ``/streamjob-node`` in every hierarchy (the kubelet's ``cgroupRoot``);
