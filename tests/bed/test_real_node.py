@@ -66,8 +66,7 @@ def new_namespace(core: client.CoreV1Api) -> str:
 def ns(core: client.CoreV1Api, real_bed: TestBed) -> Iterator[str]:
     name = new_namespace(core)
     yield name
-    # Only while the node runs: once it is gone, 10.244.0.1 is no address of this machine
-    # and a client's connection would follow the default route off it.
+    # Only while the node runs: once it is gone, the API server's loopback alias refuses.
     if real_bed.node is not None and real_bed.node.running:
         core.delete_namespace(name, grace_period_seconds=0)
 
