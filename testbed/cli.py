@@ -63,6 +63,8 @@ def _env_lines(bed: TestBed, kubeconfig: Path) -> list[str]:
     lines = [
         f"export KUBECONFIG={kubeconfig}",
         f"export STREAMJOB_S3_ENDPOINT={bed.s3.endpoint}",
+        # spec.s3.endpoint for a job's pods: on the real node the s3 Service's name (testbed.podnet)
+        f"export STREAMJOB_S3_ENDPOINT_FOR_PODS={bed.s3_endpoint_for_pods()}",
         # what boto3, the aws CLI and streamjob-savepoints read
         f"export AWS_ENDPOINT_URL={bed.s3.endpoint}",
         f"export AWS_ACCESS_KEY_ID={bed.s3.access_key}",

@@ -5,7 +5,8 @@ Called by ``tests/conftest.py`` (one test bed per pytest session) and by
 kube-apiserver (RBAC on), kube-controller-manager, versitygw (S3), Kafka
 (KRaft, when asked for), then the node: the process kubelet (``testbed/kubelet/``) by default, or with
 ``node="real"`` a real one (``testbed.node``: containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS on
-a bridge inside this machine; the API server then binds to the bridge's address, where pods reach it).
+a bridge inside this machine; the API server and S3 then bind to the bridge's address, where pods reach them,
+and host clients dial its loopback alias: ``testbed.podnet``).
 Everything lives in one run directory (certs, kubeconfigs, data, logs), kept when something fails.
 """
 
@@ -26,7 +27,7 @@ from typing import Any
 from kubernetes import client, config
 
 from testbed import kubeconfig as kubeconfig_file
-from testbed import locate, pki, rbac, spark
+from testbed import locate, pki, podnet, rbac, spark
 from testbed.kafka import KafkaBroker, start_kafka
 from testbed.control_plane import start_apiserver, start_controller_manager, start_etcd
 from testbed.node import BRIDGE_IP, NodeError, RealNode
@@ -120,7 +121,8 @@ class TestBed:
             # nothing), the sweep of a crashed run's leftovers, the bridge the API server binds to
             self.node = RealNode(self.log_dir, self.node_name)
             self.node.claim()
-        certs = pki.generate(self.run_dir / "pki", node_name=self.node_name, extra_sans=(BRIDGE_IP,) if real else ())
+        certs = pki.generate(self.run_dir / "pki", node_name=self.node_name,
+                             extra_sans=(BRIDGE_IP, podnet.HOST_ALIAS) if real else ())
 
         etcd = start_etcd(bins / "etcd", self.run_dir / "etcd", self.log_dir / "etcd.log")
         self._processes.append(etcd.process)
@@ -135,7 +137,8 @@ class TestBed:
             bind_address=BRIDGE_IP if real else "127.0.0.1",
         )
         self._processes.append(apiserver.process)
-        self.api_url = apiserver.url
+        # host clients dial the loopback alias of the bridge's address, never the bridge itself (testbed.podnet)
+        self.api_url = apiserver.url.replace(BRIDGE_IP, podnet.HOST_ALIAS) if real else apiserver.url
         self.apiserver_port = apiserver.port
 
         kubeconfig_file.write(self.kubeconfig, server=self.api_url, ca_file=certs.ca.cert, client=certs.admin, user="streamjob-admin")
@@ -162,7 +165,8 @@ class TestBed:
                 rbac.install(api, self.node_name)
 
         s3 = start_s3(bins / "versitygw", data_dir=self.run_dir / "s3", log_path=self.log_dir / "s3.log", buckets=self.buckets,
-                      preferred_port=self.s3_port)
+                      preferred_port=self.s3_port, bind_host=BRIDGE_IP if real else "127.0.0.1",
+                      client_host=podnet.HOST_ALIAS if real else "127.0.0.1")
         self._processes.append(s3.process)
         self.s3 = s3.credentials
 
@@ -181,6 +185,9 @@ class TestBed:
             self._wait_cluster_ready(self.node.kubelet, kcm, deadline)
             self.node.wait_ready(max(10.0, deadline - time.monotonic()))
             self.node.timings["ready"] = time.monotonic() - started
+            assert self.s3 is not None
+            with self.api_client() as api:
+                podnet.publish(api, s3_port=int(self.s3.endpoint.rsplit(":", 1)[1]))
             log.info("Real node ready timings=%s", {k: round(v, 1) for k, v in self.node.timings.items()})
         else:
             kubelet = self._start_kubelet(kubelet_config, certs)
@@ -246,6 +253,7 @@ class TestBed:
             "api_url": self.api_url,
             "ca_file": str(self.ca_file),
             "s3": asdict(self.s3) if self.s3 else None,
+            "s3_endpoint_for_pods": self.s3_endpoint_for_pods() if self.s3 else None,
             "kafka_bootstrap": self.kafka.bootstrap if self.kafka else None,
             "buckets": list(self.buckets),
             "jars_dir": str(self.jars_dir) if self.jars_dir else None,
@@ -287,6 +295,23 @@ class TestBed:
         """A boto3 S3 client for the test bed's server."""
         assert self.s3 is not None, "the test bed is not started"
         return s3_client(self.s3)
+
+    def s3_endpoint_for_pods(self) -> str:
+        """Where a pod reaches S3: on the real node the ``s3`` Service's name (testbed.podnet), which
+        host processes cannot resolve; on the process kubelet, whose pods share the host's network,
+        the host's own endpoint."""
+        assert self.s3 is not None, "the test bed is not started"
+        return podnet.s3_endpoint_for_pods() if self.node_kind == "real" else self.s3.endpoint
+
+    def s3_endpoint_for_pods_and_host(self) -> str:
+        """An S3 endpoint for a StreamJob whose operator runs on the host (it reads checkpoints and
+        deletes savepoints with the spec's endpoint): on the real node the bridge's address, which
+        pods and the host both reach while the node runs (host processes that dial it, like those
+        that dial pod IPs, stop before the node: testbed.podnet's guard goes with it)."""
+        assert self.s3 is not None, "the test bed is not started"
+        if self.node_kind != "real":
+            return self.s3.endpoint
+        return self.s3.endpoint.replace(podnet.HOST_ALIAS, BRIDGE_IP)
 
     def spark_s3a_conf(self) -> dict[str, str]:
         """Spark confs for s3a:// against the test bed's S3 (jars on the driver/executor classpath)."""

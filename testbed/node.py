@@ -14,6 +14,9 @@ next ``claim()``, which sweeps the leftovers first):
   interface), and no MASQUERADE is configured by us (kube-proxy's only rewrites
   Service traffic to pods); CoreDNS answers the cluster zone and NXDOMAIN for the rest;
   containerd may pull from no registry (every host is 127.0.0.1:1);
+- the bridge's loopback alias 127.244.0.1 (a nat OUTPUT rule to 10.244.0.1, which host
+  clients dial instead of the bridge) and a guard in filter OUTPUT rejecting pod- and
+  Service-range packets that would leave on any other interface (``testbed.podnet``);
 - ``net.ipv4.ip_forward=1`` (a pod reaching a Service whose endpoint is another pod on
   the bridge is routed back onto it), restored to its former value;
 - cgroups under ``/streamjob-node`` in every hierarchy (the kubelet's ``cgroupRoot``);
@@ -53,7 +56,7 @@ from typing import Any
 
 import yaml
 
-from testbed import hostfacts, imagestore, locate
+from testbed import hostfacts, imagestore, locate, podnet
 from testbed import kubeconfig as kubeconfig_file
 from testbed import pki as pki_mod
 from testbed.proc import ComponentError, ManagedProcess, free_port, tail
@@ -62,9 +65,7 @@ log = logging.getLogger(__name__)
 
 NODE_HOME = Path(os.environ.get("STREAMJOB_NODE_DIR") or "/var/lib/streamjob-testbed-node")
 LOCK_FILE = Path(os.environ.get("STREAMJOB_NODE_LOCK") or "/run/lock/streamjob-testbed-node.lock")
-BRIDGE = "sjnode0"
-POD_SUBNET = "10.244.0.0/24"
-BRIDGE_IP = "10.244.0.1"
+BRIDGE, POD_SUBNET, BRIDGE_IP = podnet.BRIDGE, podnet.POD_SUBNET, podnet.BRIDGE_IP
 BRIDGE_PREFIX = 24
 CNI_NETWORK = "streamjob-pods"
 CGROUP_PARENT = "streamjob-node"
@@ -345,6 +346,9 @@ class RealNode:
             ["-I", "FORWARD", "1", "-j", CHAIN],
         ):
             _run(["iptables", "-w", "5", "-t", "mangle", *args])
+        # the host's clients reach the servers on the bridge through a loopback alias, and
+        # nothing for the pod or Service range leaves through another interface (testbed.podnet)
+        podnet.install(_run)
 
         for top in self._cgroup_tops():
             top.mkdir(exist_ok=True)

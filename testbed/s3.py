@@ -54,9 +54,14 @@ def start_s3(
     secret_key: str = "streamjob-testbed-secret",
     timeout: float = 60.0,
     preferred_port: int | None = None,
+    bind_host: str = "127.0.0.1",
+    client_host: str = "127.0.0.1",
 ) -> S3Server:
     """Starts versitygw; on `preferred_port` when it is free (the dev command's
-    examples name 127.0.0.1:9000), otherwise on a free port."""
+    examples name 127.0.0.1:9000), otherwise on a free port.
+
+    It listens on ``bind_host`` (the real node's bridge address, where pods reach it) and
+    clients are given ``client_host`` (there: the bridge's loopback alias, testbed.podnet)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     chosen: dict[str, int] = {}
 
@@ -69,7 +74,7 @@ def start_s3(
                 str(binary),
                 f"--access={access_key}",
                 f"--secret={secret_key}",
-                f"--port=127.0.0.1:{port}",
+                f"--port={bind_host}:{port}",
                 f"--region={REGION}",
                 "posix",
                 str(data_dir),
@@ -78,12 +83,12 @@ def start_s3(
         )
 
     def ready(proc: ManagedProcess) -> None:
-        creds = S3Credentials(f"http://127.0.0.1:{chosen['port']}", access_key, secret_key)
+        creds = S3Credentials(f"http://{client_host}:{chosen['port']}", access_key, secret_key)
         s3 = client(creds)
         proc.wait_ready(lambda: isinstance(s3.list_buckets().get("Buckets"), list), timeout, "serving S3")
 
     proc = start_with_port_retry(start, ready)
-    credentials = S3Credentials(f"http://127.0.0.1:{chosen['port']}", access_key, secret_key)
+    credentials = S3Credentials(f"http://{client_host}:{chosen['port']}", access_key, secret_key)
     s3 = client(credentials)
     existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
     for bucket in buckets:

@@ -11,6 +11,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -25,6 +26,7 @@ from kubernetes import client
 
 from testbed import TestBed, hostfacts, imagestore, locate
 from testbed.cluster import TestBedError
+from testbed.podnet import HOST_ALIAS
 from testbed.node import BRIDGE, BRIDGE_IP, CGROUP_PARENT, LOCK_FILE, NODE_HOME, RealNode, cgroup_mount_points, iptables_chains, mounts_under
 from testbed.waiting import wait_for
 
@@ -64,8 +66,7 @@ def new_namespace(core: client.CoreV1Api) -> str:
 def ns(core: client.CoreV1Api, real_bed: TestBed) -> Iterator[str]:
     name = new_namespace(core)
     yield name
-    # Only while the node runs: once it is gone, 10.244.0.1 is no address of this machine
-    # and a client's connection would follow the default route off it.
+    # Only while the node runs: once it is gone, the API server's loopback alias refuses.
     if real_bed.node is not None and real_bed.node.running:
         core.delete_namespace(name, grace_period_seconds=0)
 
@@ -132,7 +133,11 @@ def test_node_is_ready_with_containerd_and_the_bridge_address(core: client.CoreV
     assert node.status.node_info.kubelet_version == locate.K8S_VERSION
     assert node.status.node_info.container_runtime_version == f"containerd://{locate.node_pin('CONTAINERD_VERSION').lstrip('v')}"
     assert {"type": "InternalIP", "address": BRIDGE_IP} in [a.to_dict() for a in node.status.addresses]
-    assert real_bed.api_url.startswith(f"https://{BRIDGE_IP}:")
+    # the API server listens on the bridge (pods reach it there and through the kubernetes Service);
+    # host clients dial its loopback alias
+    assert real_bed.api_url.startswith(f"https://{HOST_ALIAS}:")
+    endpoints = core.read_namespaced_endpoints("kubernetes", "default")
+    assert [a.ip for s in endpoints.subsets for a in s.addresses] == [BRIDGE_IP]
 
 
 def test_runtime_image_pod_runs_a_command_and_its_log_is_read_through_the_api(core: client.CoreV1Api, real_bed: TestBed, ns: str) -> None:
@@ -194,6 +199,41 @@ def test_host_reaches_a_pod_on_the_bridge(core: client.CoreV1Api, real_bed: Test
     assert body.strip() == "hello-host"
 
 
+def test_a_host_packet_for_the_pod_range_that_would_leave_on_another_interface_is_refused(real_bed: TestBed) -> None:
+    # A veth pair with both ends on this machine stands in for the way out (this kernel has no dummy
+    # device): whatever goes into one end comes out of the other, here, so this test sends nothing off
+    # the machine even if the guard failed. A /32 route into it, more specific than the bridge's /24,
+    # is the wrong turn; without the guard the connection fails differently (no ARP answer: no route
+    # to host, or a timeout), not with a reset at once.
+    dummy, target = "sjguard0", "10.244.0.250"
+    subprocess.run(["ip", "link", "add", dummy, "type", "veth", "peer", "name", "sjguard1"], check=True)
+    try:
+        subprocess.run(["ip", "link", "set", "sjguard1", "up"], check=True)
+        subprocess.run(["ip", "link", "set", dummy, "up"], check=True)
+        subprocess.run(["ip", "route", "add", f"{target}/32", "dev", dummy], check=True)
+        started = time.monotonic()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((target, 80), timeout=10).close()
+        # refused at once by the guard's reset, not a timeout in the void
+        assert time.monotonic() - started < 5
+    finally:
+        subprocess.run(["ip", "link", "del", dummy], check=False)
+
+
+def test_a_pod_reaches_s3_through_the_s3_service(core: client.CoreV1Api, real_bed: TestBed, ns: str) -> None:
+    assert real_bed.s3 is not None
+    endpoint = real_bed.s3_endpoint_for_pods()
+    assert endpoint == "http://s3.streamjob-testbed.svc.cluster.local:9000"
+    # an unsigned request: the server answers 403 AccessDenied in XML, which only S3 says
+    script = f"for i in $(seq 1 20); do timeout 5 wget -q -O - {endpoint}/streamjob/ 2>&1 && break; sleep 1; done; true"
+    core.create_namespaced_pod(ns, pod("s3probe", busybox(real_bed), ["sh", "-c", script]))
+
+    finished(core, ns, "s3probe")
+    out = pod_log(core, ns, "s3probe")
+
+    assert "403" in out or "Forbidden" in out, out
+
+
 def test_a_second_real_node_test_bed_refuses_and_leaves_the_first_alone(core: client.CoreV1Api, real_bed: TestBed,
                                                                          tmp_path: Path) -> None:
     second = TestBed(tmp_path / "second", node="real")
@@ -241,6 +281,9 @@ def test_teardown_leaves_no_bridge_chain_mount_cgroup_or_folder(core: client.Cor
 
     assert node_traces(node) == []
     assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == forward_before
+    # a client left behind dials the loopback alias: refused on this machine, nothing routed off it
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((HOST_ALIAS, int(real_bed.api_url.rsplit(":", 1)[1])), timeout=5).close()
     assert not node.socket.exists()
     # the lock is free again
     probe = RealNode(real_bed.log_dir, "probe")

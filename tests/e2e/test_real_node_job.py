@@ -1,0 +1,147 @@
+"""The first StreamJob on the real node: its driver a real container from the runtime image, its checkpoint in S3.
+
+One test bed with ``node="real"`` for the module (the real node's lock allows one per
+machine; tests/bed/test_real_node.py has its own, one module at a time). The operator
+runs on the host, as in the other e2e tests, against the test bed's admin kubeconfig
+(the API server at the bridge's loopback alias, testbed.podnet); the driver reaches S3
+through the ``s3`` Service and the API server through the ``kubernetes`` Service.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from testbed import TestBed, imagestore
+from testbed.waiting import wait_for
+
+from streamjob_e2e import REPO, Jobs, Operator, _established
+
+IMAGE = imagestore.runtime_image()
+
+
+@pytest.fixture(scope="module")
+def real_bed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[TestBed]:
+    # no skip: a machine where this cannot run is a failure to see, not a pass
+    assert os.geteuid() == 0, "the real node needs root (it creates a bridge, iptables chains, mounts and cgroups)"
+    assert imagestore.inspect(IMAGE) is not None, f"{IMAGE} was not built: bash scripts/build-images.sh"
+    bed = TestBed(tmp_path_factory.mktemp("real-job"), node="real")
+    started = time.monotonic()
+    bed.start()
+    print(f"real node test bed started in {time.monotonic() - started:.1f}s; node timings {bed.node.timings if bed.node else {}}")
+    yield bed
+    keep = request.session.testsfailed > 0 or os.environ.get("STREAMJOB_KEEP_TESTBED") == "1"
+    bed.stop(keep=keep)
+    if keep:
+        print(f"real node test bed logs kept in {bed.log_dir}")
+
+
+@pytest.fixture(scope="module")
+def api(real_bed: TestBed) -> Iterator[client.ApiClient]:
+    with real_bed.api_client() as api_client:
+        ext = client.ApiextensionsV1Api(api_client)
+        for path in sorted((REPO / "crds").glob("*.yaml")):
+            try:
+                ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+        wait_for(lambda: _established(ext), 30, "the StreamJob CRD to be established")
+        yield api_client
+
+
+def minimal_job(name: str, bed: TestBed, prefix: str) -> dict[str, Any]:
+    """examples/minimal.yaml with the runtime image, S3 as pods and the host operator reach it, no executor pods
+    (the driver's local master), 2 state partitions."""
+    manifests = list(yaml.safe_load_all((REPO / "examples" / "minimal.yaml").read_text()))
+    job: dict[str, Any] = next(m for m in manifests if m["kind"] == "StreamJob")
+    job["metadata"] = {"name": name}
+    spec = job["spec"]
+    spec["image"] = IMAGE
+    spec["checkpoint"] = {"location": f"s3a://streamjob/{prefix}/checkpoint", "triggerInterval": "2 seconds"}
+    # the operator runs on the host and reads the checkpoint too: an endpoint both reach (the bridge's address)
+    spec["s3"]["endpoint"] = bed.s3_endpoint_for_pods_and_host()
+    spec["s3"]["credentialsSecret"] = {"name": "s3"}
+    spec["job"]["pipeline"]["sink"]["path"] = f"s3a://streamjob/{prefix}/output"
+    spec["executor"] = {"instances": 0, "memory": "512m"}
+    spec["driver"] = {"memory": "512m"}
+    spec["statePartitions"] = 2  # the window counts' state in 2 partitions, not Spark's 200: seconds per batch on 1 core
+    spec["restartPolicy"] = {"type": "ExponentialBackoff", "delaySeconds": 1, "maxDelaySeconds": 5, "maxRestarts": 5}
+    return job
+
+
+def batch_id(st: dict[str, Any]) -> int:
+    return int((st.get("lastCheckpoint") or {}).get("batchId", -1))
+
+
+def test_a_streamjob_runs_in_a_real_container_checkpoints_to_s3_and_restarts_from_it_after_a_kill(
+    real_bed: TestBed, api: client.ApiClient, tmp_path: Path,
+) -> None:
+    assert real_bed.node is not None and real_bed.s3 is not None
+    core = client.CoreV1Api(api)
+    namespace = f"real-job-{uuid.uuid4().hex[:5]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    wait_for(lambda: core.read_namespaced_service_account("default", namespace), 30, f"default ServiceAccount in {namespace}")
+    core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="s3"),
+        string_data={"AWS_ACCESS_KEY_ID": real_bed.s3.access_key, "AWS_SECRET_ACCESS_KEY": real_bed.s3.secret_key},
+    ))
+    operator = Operator(real_bed, tmp_path / "operator.log", lease=f"streamjob-real-{uuid.uuid4().hex[:6]}")
+    operator.start()
+    jobs = Jobs(api, namespace)
+    prefix = f"real/{namespace}"
+    try:
+        applied = time.monotonic()
+        jobs.apply(minimal_job("minimal", real_bed, prefix))
+
+        first = jobs.wait("minimal", "Ready with a committed batch",
+                          lambda st: st.get("ready") is True and st.get("state") == "Running" and batch_id(st) >= 0, 240)
+        print(f"first driver Ready with batch {batch_id(first)} {time.monotonic() - applied:.1f}s after apply")
+        assert first["driverPod"] == "minimal-driver-1"
+        driver = core.read_namespaced_pod("minimal-driver-1", namespace)
+        container_id = driver.status.container_statuses[0].container_id
+        assert container_id.startswith("containerd://"), container_id
+        assert driver.status.pod_ip.startswith("10.244.0."), driver.status.pod_ip
+        assert driver.spec.node_name == real_bed.node_name
+        # the checkpoint is in the test bed's S3, written by the pod through the s3 Service
+        s3 = real_bed.s3_client()
+        commits = s3.list_objects_v2(Bucket="streamjob", Prefix=f"{prefix}/checkpoint/").get("Contents", [])
+        assert any("/commits/" in o["Key"] for o in commits), [o["Key"] for o in commits][:20]
+
+        # SIGKILL the driver's container (its task in containerd): the pod fails, the operator starts a
+        # new driver from the latest completed checkpoint, and the batch id never goes back
+        before = batch_id(jobs.status("minimal"))
+        real_bed.node.ctr("tasks", "kill", "--signal", "SIGKILL", container_id.removeprefix("containerd://"))
+        killed = time.monotonic()
+        restarted = jobs.wait("minimal", "Ready on a second driver",
+                              lambda st: st.get("driverPod") == "minimal-driver-2" and st.get("ready") is True
+                              and st.get("state") == "Running", 240)
+        print(f"second driver Ready with batch {batch_id(restarted)} {time.monotonic() - killed:.1f}s after the kill")
+        assert restarted["totalRestarts"] == 1
+        assert restarted["checkpointLocation"] == first["checkpointLocation"]
+        failed = [m for r, m in jobs.events("minimal") if r == "DriverFailed"]
+        assert failed and "exit 137" in failed[0], jobs.events("minimal")
+        assert batch_id(restarted) >= before
+        after = jobs.wait("minimal", "progress past the pre-kill batch", lambda st: batch_id(st) > before, 120)
+        second = core.read_namespaced_pod("minimal-driver-2", namespace).status.container_statuses[0].container_id
+        assert second.startswith("containerd://") and second != container_id
+        assert batch_id(after) > before
+        assert "S3Error" not in jobs.reasons("minimal"), jobs.events("minimal")
+    except BaseException:
+        for pod in core.list_namespaced_pod(namespace).items:
+            log = core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=60, _preload_content=False).data
+            print(f"--- pod {pod.metadata.name} ({pod.status.phase}) log tail ---\n{log.decode(errors='replace')}")
+        raise
+    finally:
+        operator.stop()
+        print(f"--- operator log {operator.log_path} (tail) ---\n{operator.log()[-4000:]}")
+        core.delete_namespace(namespace, grace_period_seconds=0)
