@@ -5,8 +5,14 @@ its main thread starts and stops it. The control endpoint's threads and the
 SIGTERM handler talk to it through a command queue; a savepoint taken while
 running is written from a worker thread, because the query keeps going.
 
-Before the query starts: the checkpoint claimed, repaired and restored or its
-pin checked (job_runtime.run.startup, whose refusals exit RESTORE_REFUSED).
+Before the query starts: the checkpoint claimed, this driver's epoch taken on it
+(job_runtime.checkpoints.epoch: from then on an older driver stops before it
+writes), the checkpoint repaired, restored or its pin checked, and compared with
+the batch the operator expects committed (job_runtime.run.startup, whose
+refusals exit RESTORE_REFUSED or CHECKPOINT_BEHIND). While the query runs, the
+main loop checks the epoch every FENCE_CHECK_SECONDS (the file sink and jobs'
+own sinks have no check of their own in the batch); a driver found replaced
+stops its query and exits FENCED.
 
 --allow-non-restored-state: when the query fails planning its first batch
 because the checkpoint holds state of stateful operators it no longer has,
@@ -27,14 +33,14 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from job_runtime.checkpoints import janitor, nonrestored
+from job_runtime.checkpoints import epoch, janitor, nonrestored
 from job_runtime.kafka.offsets_watch import OffsetsWatch, kafka_offsets_deadline
 from job_runtime.query import pipeline, start
 from job_runtime.query.errors import describe, interrupted_by_stop
 from job_runtime.query.progress import LateRowsTotal, progress_fields
 from job_runtime.run import startup
 from job_runtime.run.savepoint_requests import Command, SavepointCommand, SavepointOps, SavepointRecord, StopCommand
-from job_runtime.run.startup import RestoreRefused
+from job_runtime.run.startup import CheckpointBehind, RestoreRefused
 from job_runtime.settings import RuntimeSettings
 from streamjob_contract import checkpoint
 from streamjob_contract.exitcodes import ExitCode
@@ -51,6 +57,7 @@ log = logging.getLogger("job_runtime.runner")
 POLL_SECONDS = 0.5
 STATUS_CACHE_SECONDS = 2.0
 WORKER_JOIN_SECONDS = 300.0
+FENCE_CHECK_SECONDS = 1.0
 
 
 class Runner(SavepointOps):
@@ -78,6 +85,8 @@ class Runner(SavepointOps):
         self._dropped_state = False
         self._janitor: janitor.Janitor | None = None
         self._offsets_wait = OffsetsWatch(kafka_offsets_deadline(job))
+        self._fence: epoch.Fence | None = None
+        self._fence_checked = 0.0
         self.final_savepoint: SavepointRecord | None = None
 
     # ---- Controller: called from the control endpoint's threads ---------------------------
@@ -178,6 +187,10 @@ class Runner(SavepointOps):
             return self._fail(ExitCode.INVALID_JOB, str(err))
         except RestoreRefused as err:
             return self._fail(ExitCode.RESTORE_REFUSED, str(err))
+        except CheckpointBehind as err:
+            return self._fail(ExitCode.CHECKPOINT_BEHIND, str(err))
+        except epoch.FencedError as err:
+            return self._fail(ExitCode.FENCED, str(err))
         except Exception as err:
             log.exception("runtime failed job=%s", self.settings.job_id)
             return self._fail(ExitCode.FAILED, describe(err))
@@ -189,8 +202,10 @@ class Runner(SavepointOps):
     def _run(self) -> ExitCode:
         # Everything that can refuse the run without a JVM goes first: a refusal is then quick.
         startup.claim_checkpoint(self.settings, self.s3_config)
+        self._fence = startup.take_epoch(self.settings, self.s3_config)  # before anything repairs or plans
         startup.recover_checkpoint(self.settings, self.s3_config)
         restore = startup.restore_needed(self.settings, self.s3_config)
+        startup.check_expected_batch(self.settings, self.s3_config, restoring=restore)
         self._restore_skipped = self.settings.restore_from is not None and not restore
         if restore:
             startup.check_savepoint(self.settings, self.s3_config)
@@ -259,7 +274,8 @@ class Runner(SavepointOps):
 
     def _start_query(self, once: bool = False) -> None:
         assert self._spark is not None
-        query = start.start_query(self._spark, self.job, self.settings, once=once)
+        restored = self._restored_from is not None and self._query_starts == 0  # the start right after the restore
+        query = start.start_query(self._spark, self.job, self.settings, once=once, fence=self._fence, restored=restored)
         with self._lock:
             self._query = query
             self._query_starts += 1
@@ -273,6 +289,8 @@ class Runner(SavepointOps):
         """The exit code when the query ended by itself or failed; None while it runs."""
         query = self._query
         assert query is not None
+        if self._is_fenced(query.isActive):
+            return self._fenced()
         if query.isActive:
             stalled = self._offsets_wait.stalled(query)
             if stalled is None:
@@ -289,6 +307,25 @@ class Runner(SavepointOps):
         self._state = RunState.FINISHED
         log.info("finished query job=%s reason=the query ended by itself", self.settings.job_id)
         return ExitCode.FINISHED
+
+    def _is_fenced(self, running: bool) -> bool:
+        """Every FENCE_CHECK_SECONDS while the query runs, and at once when it ended: was this driver replaced?"""
+        if self._fence is None or (running and time.monotonic() - self._fence_checked < FENCE_CHECK_SECONDS):
+            return False
+        self._fence_checked = time.monotonic()
+        try:
+            return self._fence.fenced()
+        except Exception as err:  # the checkpoint's store unreachable: the sinks' own checks still hold
+            log.warning("could not check the checkpoint epoch job=%s error=%s", self.settings.job_id, describe(err))
+            return False
+
+    def _fenced(self) -> ExitCode:
+        """A newer driver took the checkpoint: stop the query (its error is the fence's) and exit FENCED."""
+        assert self._fence is not None
+        self._stop_query()
+        return self._fail(ExitCode.FENCED, (
+            f"checkpoint {self.settings.checkpoint_location}: a newer driver took it (epoch {self._fence.epoch} replaced); "
+            "this driver stopped without writing further output or commits"))
 
     def _operators_changed(self, error: BaseException) -> ExitCode | None:
         """Spark refused the checkpoint's stateful operators: drop non-restored state and start
