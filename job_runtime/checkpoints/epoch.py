@@ -10,14 +10,14 @@ Epochs are files ``<checkpoint>/_streamjob_epochs/<n>``, each created exclusivel
 (a hard link locally, a conditional PUT on S3): a starting driver takes the highest
 listed epoch + 1, and when another driver created that one first it tries the next.
 So epochs are taken in order without gaps, and a driver holding epoch n has been
-replaced exactly when ``_streamjob_epochs/<n+1>`` exists: one HEAD per check. The
-files are ``_streamjob_*``: never in a savepoint, kept by a restore.
+replaced exactly when ``_streamjob_epochs/<n+1>`` exists; it also stops when its own
+``_streamjob_epochs/<n>`` is gone (two HEADs per check). The files are
+``_streamjob_*``: never in a savepoint, kept by a restore.
 
 A fenced driver raises ``FencedError``: the runtime stops the query and exits FENCED
 (streamjob_contract.exitcodes), which the operator never restarts (a newer driver
-already runs). A starting driver prunes epoch files more than KEEP behind its own:
-a driver replaced KEEP times over since it last looked is not told apart from a
-current one (a zombie that slept through KEEP restarts; see docs/delivery.md).
+already runs). A starting driver prunes epoch files more than KEEP behind its own;
+a driver that slept through KEEP restarts finds its own file gone, and stops too.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -61,16 +62,18 @@ class Fence:
     store: Store
 
     def fenced(self) -> bool:
-        """True when a newer driver took the checkpoint (the next epoch's file exists)."""
-        return self.store.exists(epoch_path(self.epoch + 1))
+        """True when a newer driver took the checkpoint (the next epoch's file exists), or this driver's own
+        epoch file is gone (pruned by a driver many starts newer, or the checkpoint was wiped under it)."""
+        return self.store.exists(epoch_path(self.epoch + 1)) or not self.store.exists(epoch_path(self.epoch))
 
     def check(self, where: str) -> None:
         """Raises FencedError naming `where` (the write it refused) when this driver was replaced."""
         if self.fenced():
-            raise FencedError(
-                f"checkpoint {self.location}: fenced at {where}: a newer driver took the checkpoint "
-                f"(epoch {self.epoch} replaced, see {EPOCH_DIR}/); this driver stops without writing"
-            )
+            raise FencedError(self.message(where))
+
+    def message(self, where: str) -> str:
+        return (f"checkpoint {self.location}: fenced at {where}: a newer driver took it (epoch {self.epoch} "
+                f"replaced or gone, see {EPOCH_DIR}/); this driver stopped without writing further output or commits")
 
 
 def take(location: str, s3: S3Config | None = None, *, job: str = "") -> Fence:
@@ -91,3 +94,30 @@ def take(location: str, s3: S3Config | None = None, *, job: str = "") -> Fence:
     if old:
         store.delete(old)
     return Fence(location, candidate, store)
+
+
+class Throttle:
+    """At most one check per `every` seconds (the runtime's main loop polls more often)."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.last = float("-inf")
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self.last < self.every:
+            return False
+        self.last = now
+        return True
+
+
+def replaced(fence: Fence, throttle: Throttle, *, running: bool) -> bool:
+    """The runtime's main-loop check: throttled while the query runs, at once when it ended. A store that
+    cannot be reached says False (logged): the sinks' own checks, and the producer's epoch, still hold."""
+    if running and not throttle.due():
+        return False
+    try:
+        return fence.fenced()
+    except Exception as err:
+        log.warning("could not check the checkpoint epoch checkpoint=%s epoch=%d error=%s", fence.location, fence.epoch, err)
+        return False

@@ -5,14 +5,10 @@ its main thread starts and stops it. The control endpoint's threads and the
 SIGTERM handler talk to it through a command queue; a savepoint taken while
 running is written from a worker thread, because the query keeps going.
 
-Before the query starts: the checkpoint claimed, this driver's epoch taken on it
-(job_runtime.checkpoints.epoch: from then on an older driver stops before it
-writes), the checkpoint repaired, restored or its pin checked, and compared with
-the batch the operator expects committed (job_runtime.run.startup, whose
-refusals exit RESTORE_REFUSED or CHECKPOINT_BEHIND). While the query runs, the
-main loop checks the epoch every FENCE_CHECK_SECONDS (the file sink and jobs'
-own sinks have no check of their own in the batch); a driver found replaced
-stops its query and exits FENCED.
+Before the query starts: the checkpoint claimed, this driver's epoch taken, the
+checkpoint repaired, restored or its pin checked, and held against --expect-committed
+(job_runtime.run.startup). The main loop checks the epoch every FENCE_CHECK_SECONDS
+(job_runtime.checkpoints.epoch); a replaced driver stops its query and exits FENCED.
 
 --allow-non-restored-state: when the query fails planning its first batch
 because the checkpoint holds state of stateful operators it no longer has,
@@ -86,7 +82,7 @@ class Runner(SavepointOps):
         self._janitor: janitor.Janitor | None = None
         self._offsets_wait = OffsetsWatch(kafka_offsets_deadline(job))
         self._fence: epoch.Fence | None = None
-        self._fence_checked = 0.0
+        self._fence_checks = epoch.Throttle(FENCE_CHECK_SECONDS)
         self.final_savepoint: SavepointRecord | None = None
 
     # ---- Controller: called from the control endpoint's threads ---------------------------
@@ -309,23 +305,13 @@ class Runner(SavepointOps):
         return ExitCode.FINISHED
 
     def _is_fenced(self, running: bool) -> bool:
-        """Every FENCE_CHECK_SECONDS while the query runs, and at once when it ended: was this driver replaced?"""
-        if self._fence is None or (running and time.monotonic() - self._fence_checked < FENCE_CHECK_SECONDS):
-            return False
-        self._fence_checked = time.monotonic()
-        try:
-            return self._fence.fenced()
-        except Exception as err:  # the checkpoint's store unreachable: the sinks' own checks still hold
-            log.warning("could not check the checkpoint epoch job=%s error=%s", self.settings.job_id, describe(err))
-            return False
+        return self._fence is not None and epoch.replaced(self._fence, self._fence_checks, running=running)
 
     def _fenced(self) -> ExitCode:
         """A newer driver took the checkpoint: stop the query (its error is the fence's) and exit FENCED."""
         assert self._fence is not None
         self._stop_query()
-        return self._fail(ExitCode.FENCED, (
-            f"checkpoint {self.settings.checkpoint_location}: a newer driver took it (epoch {self._fence.epoch} replaced); "
-            "this driver stopped without writing further output or commits"))
+        return self._fail(ExitCode.FENCED, self._fence.message("the runtime's check"))
 
     def _operators_changed(self, error: BaseException) -> ExitCode | None:
         """Spark refused the checkpoint's stateful operators: drop non-restored state and start
