@@ -36,6 +36,7 @@ log = logging.getLogger("job_runtime.epoch")
 
 EPOCH_DIR = "_streamjob_epochs"
 KEEP = 20  # epoch files kept behind the newest
+CHECK_SECONDS = 1.0  # the runtime's main loop checks at most this often (the sinks check every batch)
 TAKE_ATTEMPTS = 50  # drivers racing for the same number: each loses at most once per rival
 
 

@@ -56,7 +56,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from job_runtime.kafka import auth as kafka_auth
 from job_runtime import testhooks
@@ -65,7 +65,7 @@ from streamjob_contract.jobdef import Delivery, KafkaSink
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from job_runtime.checkpoints.epoch import Fence
+    from streamjob_contract.s3 import Store
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 log = logging.getLogger("job_runtime.kafka_sink")
@@ -74,6 +74,16 @@ MARKER_PARTITION = 0
 MARKER_TIMEOUT = 120.0  # seconds to wait out a moving or loading group coordinator
 RETRIABLE_COORDINATOR = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 REPLAY_FILE = "_streamjob_replay.json"  # in the checkpoint: the batch up to which an explicit restore replays
+
+
+class Fence(Protocol):
+    """This driver's epoch on its checkpoint (job_runtime.checkpoints.epoch.Fence; kafka and checkpoints are
+    layers side by side, so the sink names what it uses)."""
+
+    @property
+    def store(self) -> "Store": ...
+
+    def check(self, where: str) -> None: ...
 
 
 class KafkaSinkError(RuntimeError):

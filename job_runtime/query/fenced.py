@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from job_runtime.checkpoints.epoch import Fence
+    from job_runtime.kafka.sink import Fence
 
 
 class FencedBatches:

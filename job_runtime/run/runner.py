@@ -5,10 +5,9 @@ its main thread starts and stops it. The control endpoint's threads and the
 SIGTERM handler talk to it through a command queue; a savepoint taken while
 running is written from a worker thread, because the query keeps going.
 
-Before the query starts: the checkpoint claimed, this driver's epoch taken, the
-checkpoint repaired, restored or its pin checked, and held against --expect-committed
-(job_runtime.run.startup). The main loop checks the epoch every FENCE_CHECK_SECONDS
-(job_runtime.checkpoints.epoch); a replaced driver stops its query and exits FENCED.
+Before the query starts: the checkpoint claimed, this driver's epoch taken, the checkpoint repaired,
+restored or its pin checked, held against --expect-committed (job_runtime.run.startup). The main loop
+checks the epoch (job_runtime.checkpoints.epoch); a replaced driver stops its query and exits FENCED.
 
 --allow-non-restored-state: when the query fails planning its first batch
 because the checkpoint holds state of stateful operators it no longer has,
@@ -53,7 +52,6 @@ log = logging.getLogger("job_runtime.runner")
 POLL_SECONDS = 0.5
 STATUS_CACHE_SECONDS = 2.0
 WORKER_JOIN_SECONDS = 300.0
-FENCE_CHECK_SECONDS = 1.0
 
 
 class Runner(SavepointOps):
@@ -82,7 +80,7 @@ class Runner(SavepointOps):
         self._janitor: janitor.Janitor | None = None
         self._offsets_wait = OffsetsWatch(kafka_offsets_deadline(job))
         self._fence: epoch.Fence | None = None
-        self._fence_checks = epoch.Throttle(FENCE_CHECK_SECONDS)
+        self._fence_checks = epoch.Throttle(epoch.CHECK_SECONDS)
         self.final_savepoint: SavepointRecord | None = None
 
     # ---- Controller: called from the control endpoint's threads ---------------------------
@@ -183,10 +181,8 @@ class Runner(SavepointOps):
             return self._fail(ExitCode.INVALID_JOB, str(err))
         except RestoreRefused as err:
             return self._fail(ExitCode.RESTORE_REFUSED, str(err))
-        except CheckpointBehind as err:
-            return self._fail(ExitCode.CHECKPOINT_BEHIND, str(err))
-        except epoch.FencedError as err:
-            return self._fail(ExitCode.FENCED, str(err))
+        except (CheckpointBehind, epoch.FencedError) as err:
+            return self._fail(ExitCode.FENCED if isinstance(err, epoch.FencedError) else ExitCode.CHECKPOINT_BEHIND, str(err))
         except Exception as err:
             log.exception("runtime failed job=%s", self.settings.job_id)
             return self._fail(ExitCode.FAILED, describe(err))
@@ -285,8 +281,8 @@ class Runner(SavepointOps):
         """The exit code when the query ended by itself or failed; None while it runs."""
         query = self._query
         assert query is not None
-        if self._is_fenced(query.isActive):
-            return self._fenced()
+        if (fenced := self._fenced()) is not None:
+            return fenced
         if query.isActive:
             stalled = self._offsets_wait.stalled(query)
             if stalled is None:
@@ -304,12 +300,11 @@ class Runner(SavepointOps):
         log.info("finished query job=%s reason=the query ended by itself", self.settings.job_id)
         return ExitCode.FINISHED
 
-    def _is_fenced(self, running: bool) -> bool:
-        return self._fence is not None and epoch.replaced(self._fence, self._fence_checks, running=running)
-
-    def _fenced(self) -> ExitCode:
+    def _fenced(self) -> ExitCode | None:
         """A newer driver took the checkpoint: stop the query (its error is the fence's) and exit FENCED."""
-        assert self._fence is not None
+        running = bool(self._query and self._query.isActive)
+        if self._fence is None or not epoch.replaced(self._fence, self._fence_checks, running=running):
+            return None
         self._stop_query()
         return self._fail(ExitCode.FENCED, self._fence.message("the runtime's check"))
 
