@@ -15,6 +15,14 @@ in the termination message (``outcome``), its word in conditions and events
     13  RESTORE_REFUSED        savepoint refused or checkpoint incompatible (owned by another
                                StreamJob, damaged where a committed batch needs it, stateful
                                operators Spark cannot map to its state); permanent
+    14  FENCED                 a newer driver took the checkpoint (its epoch, job_runtime.checkpoints.epoch):
+                               this one stopped before writing output or a commit. Permanent: the
+                               driver was replaced, and restarting it would fence the newer one in turn
+                               (the operator never sees it from a driver it replaced; from its current
+                               driver it means something else runs the job: the job fails, saying so)
+    15  CHECKPOINT_BEHIND      the checkpoint's latest committed batch is behind the one the operator
+                               recorded (--expect-committed): wiped, or another location; refused
+                               instead of starting fresh; permanent (docs/operations.md, the way out)
 
 Any other code (137 after SIGKILL, a JVM crash, 2 from a Python usage error
 outside argparse) is a failure too: ``ExitCode.of`` gives ``FAILED``.
@@ -34,6 +42,8 @@ class ExitCode(IntEnum):
     STOPPED_BY_REQUEST = 11
     INVALID_JOB = 12
     RESTORE_REFUSED = 13
+    FENCED = 14
+    CHECKPOINT_BEHIND = 15
 
     @classmethod
     def of(cls, code: int) -> ExitCode:
@@ -56,7 +66,7 @@ class ExitCode(IntEnum):
     @property
     def permanent(self) -> bool:
         """True when restarting the same spec cannot help (the operator must not restart)."""
-        return self in (ExitCode.INVALID_JOB, ExitCode.RESTORE_REFUSED)
+        return self in (ExitCode.INVALID_JOB, ExitCode.RESTORE_REFUSED, ExitCode.FENCED, ExitCode.CHECKPOINT_BEHIND)
 
     @property
     def clean_stop(self) -> bool:
@@ -71,6 +81,8 @@ _OUTCOMES = {
     ExitCode.STOPPED_BY_REQUEST: "stoppedByRequest",
     ExitCode.INVALID_JOB: "invalid",
     ExitCode.RESTORE_REFUSED: "restoreRefused",
+    ExitCode.FENCED: "fenced",
+    ExitCode.CHECKPOINT_BEHIND: "checkpointBehind",
 }
 
 _REASONS = {
@@ -80,4 +92,6 @@ _REASONS = {
     ExitCode.STOPPED_BY_REQUEST: "Stopped",
     ExitCode.INVALID_JOB: "InvalidJob",
     ExitCode.RESTORE_REFUSED: "RestoreRefused",
+    ExitCode.FENCED: "Fenced",
+    ExitCode.CHECKPOINT_BEHIND: "CheckpointBehind",
 }

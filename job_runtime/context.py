@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
+    from job_runtime.checkpoints.epoch import Fence
     from job_runtime.kafka.sink import SinkIdentity
 
 
@@ -46,6 +47,8 @@ class JobContext:
     sources: Mapping[str, Source] = field(default_factory=dict)
     declared_sink: Sink | None = None
     once: bool = False  # the runtime finishes a planned batch alone (job_runtime.query.drain); not for jobs to set
+    fence: "Fence | None" = None  # this driver's epoch (job_runtime.checkpoints.epoch); the sinks check it
+    restored: bool = False  # this start restored an explicit --restore-from (a replay may publish again)
 
     def source(self, name: str) -> "DataFrame":
         """The declared source `name` as a streaming DataFrame (event-time watermark applied)."""
@@ -67,10 +70,10 @@ class JobContext:
         return pipeline.sink_writer(df, self.declared_sink, self.sink_identity())
 
     def sink_identity(self) -> "SinkIdentity":
-        """The job and checkpoint a kafka sink's transactions belong to."""
+        """The job and checkpoint a kafka sink's transactions belong to, and this driver's epoch."""
         from job_runtime.kafka.sink import SinkIdentity
 
-        return SinkIdentity(self.job_namespace, self.job_name, self.checkpoint_location)
+        return SinkIdentity(self.job_namespace, self.job_name, self.checkpoint_location, self.fence, self.restored)
 
     def configure(self, writer: "DataStreamWriter") -> "DataStreamWriter":
         """Apply the runtime's checkpoint location, trigger and query name to `writer`."""

@@ -73,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the StreamJob's metadata.uid: the checkpoint is claimed for it (_streamjob_owner.json) and refused "
         "(exit 13) when another job owns it; see job_runtime.checkpoints.ownership",
     )
+    run.add_argument(
+        "--expect-committed", type=int, metavar="BATCH",
+        help="the latest batch the operator saw committed (status.lastCheckpoint.batchId): a checkpoint whose latest "
+        "committed batch is behind it (wiped, another location) is refused with exit 15 instead of starting fresh",
+    )
     run.add_argument("--savepoint-location", help="prefix for savepoints requested without a path (s3://...)")
     run.add_argument(
         "--savepoint-timeout-seconds", type=float,
@@ -121,6 +126,7 @@ def settings_from_args(args: argparse.Namespace, job_hash: str) -> RuntimeSettin
             spark_conf=tuple(args.conf),
             job_hash=args.job_hash or job_hash,
             owner_uid=args.owner_uid,
+            expect_committed=args.expect_committed,
             savepoint_timeout_seconds=args.savepoint_timeout_seconds,
             hygiene_interval_seconds=args.hygiene_interval_seconds,
         )

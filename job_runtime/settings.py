@@ -48,6 +48,7 @@ class RuntimeSettings:
     spark_conf: tuple[tuple[str, str], ...] = ()
     job_hash: str = ""
     owner_uid: str | None = None
+    expect_committed: int | None = None  # the operator's status.lastCheckpoint.batchId; a checkpoint behind it is refused
     savepoint_timeout_seconds: float | None = None  # abandoned savepoint directories older than this are pruned
     hygiene_interval_seconds: float = 300.0  # between two storage hygiene passes (job_runtime.checkpoints.janitor)
 
@@ -80,6 +81,8 @@ def validate(settings: RuntimeSettings) -> RuntimeSettings:
             raise SettingsError(f"{option}: must start with s3://, s3a:// or file://, got {value!r}")
     if settings.owner_uid is not None and not settings.owner_uid.strip():
         raise SettingsError("--owner-uid: must not be empty (the StreamJob's metadata.uid)")
+    if settings.expect_committed is not None and settings.expect_committed < 0:
+        raise SettingsError(f"--expect-committed: must be >= 0, got {settings.expect_committed}")
     if settings.savepoint_timeout_seconds is not None and not settings.savepoint_timeout_seconds > 0:
         raise SettingsError(f"--savepoint-timeout-seconds: must be > 0, got {settings.savepoint_timeout_seconds:g}")
     if not settings.hygiene_interval_seconds > 0:

@@ -33,8 +33,20 @@ Flink does).
 The producer's transactional id is `streamjob.<namespace>.<name>`: stable
 across restarts, so a new driver's init_transactions fences the old one and
 aborts its open transaction; unique per job, so two jobs never fence each
-other. Rows are produced by the driver (one producer, one transaction per
-batch). Broker and topic are named in every error.
+other. init_transactions runs when the query is built, before Spark plans
+anything from the offset log (`kafka_writer`), and after the driver took its
+epoch on the checkpoint (job_runtime.checkpoints.epoch), which the writer checks
+before a transaction begins and again before it commits. Rows are produced by
+the driver (one producer, one transaction per batch). Broker and topic are
+named in every error.
+
+A marker *ahead* of the batch (naming a later batch, or this batch with other
+input) means a publish would repeat what the job published already: an error
+(KafkaSinkError naming both batches), never a publish. The one exception is a
+replay the user asked for: a start that restored an explicit --restore-from
+records the marker's batch then (`<checkpoint>/_streamjob_replay.json`), and
+batches up to it publish again (as Flink replays from an older savepoint),
+also after a restart of that checkpoint.
 """
 
 from __future__ import annotations
@@ -44,7 +56,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from job_runtime.kafka import auth as kafka_auth
 from job_runtime import testhooks
@@ -52,6 +64,8 @@ from streamjob_contract.jobdef import Delivery, KafkaSink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from streamjob_contract.s3 import Store
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 log = logging.getLogger("job_runtime.kafka_sink")
@@ -59,6 +73,17 @@ log = logging.getLogger("job_runtime.kafka_sink")
 MARKER_PARTITION = 0
 MARKER_TIMEOUT = 120.0  # seconds to wait out a moving or loading group coordinator
 RETRIABLE_COORDINATOR = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+REPLAY_FILE = "_streamjob_replay.json"  # in the checkpoint: the batch up to which an explicit restore replays
+
+
+class Fence(Protocol):
+    """This driver's epoch on its checkpoint (job_runtime.checkpoints.epoch.Fence; kafka and checkpoints are
+    layers side by side, so the sink names what it uses)."""
+
+    @property
+    def store(self) -> "Store": ...
+
+    def check(self, where: str) -> None: ...
 
 
 class KafkaSinkError(RuntimeError):
@@ -72,6 +97,8 @@ class SinkIdentity:
     namespace: str
     name: str
     checkpoint: str
+    fence: "Fence | None" = None  # this driver's epoch on the checkpoint (job_runtime.checkpoints.epoch)
+    restored: bool = False  # this start restored an explicit --restore-from: a replay may publish again
 
     @property
     def transactional_id(self) -> str:
@@ -103,6 +130,26 @@ class Marker:
             return cls(int(body["batch"]), str(body["input"]))
         except (ValueError, KeyError, TypeError):
             return cls(offset - 1, "")  # a marker without a digest matches no batch: published again, never lost
+
+
+def publish_decision(last: Marker | None, batch_id: int, digest: str, replay_until: int | None) -> Literal["skip", "publish", "replay"]:
+    """Pure: what to do with batch `batch_id` (input `digest`) given the marker.
+
+    skip: already committed to Kafka (the same batch, the same input). publish: the
+    marker is behind. replay: the marker is ahead but within an explicit restore's
+    replay (`replay_until`). A marker ahead otherwise raises KafkaSinkError."""
+    if last is None or last.batch_id < batch_id:
+        return "publish"
+    if last == Marker(batch_id, digest):
+        return "skip"
+    if replay_until is not None and batch_id <= replay_until:
+        return "replay"
+    raise KafkaSinkError(
+        f"sink.kafka: batch {batch_id} not published: the job already published batch {last.batch_id}"
+        f"{' with other input' if last.batch_id == batch_id else ''} (the marker is ahead of this batch); publishing "
+        "would repeat output. Another driver wrote past this checkpoint, or the checkpoint went back; "
+        "only an explicit restore from a savepoint replays (docs/delivery.md)"
+    )
 
 
 def offset_lines(text: str) -> str:
@@ -160,8 +207,11 @@ class ExactlyOnceKafkaWriter:
         self.transactional_id = identity.transactional_id
         self.group = identity.marker_group
         self.checkpoint = identity.checkpoint
+        self.fence = identity.fence
+        self.restored = identity.restored
         self._producer: Any = None
         self._marker_consumer: Any = None
+        self._replay_until: int | None = None
 
     def _where(self) -> str:
         return f"brokers {self.kafka.bootstrap_servers} topic {self.kafka.topic}"
@@ -194,6 +244,20 @@ class ExactlyOnceKafkaWriter:
         })
         log.info("started transactional producer transactionalId=%s markerGroup=%s", self.transactional_id, self.group)
 
+    def start(self) -> None:
+        """Before the query plans: fence the previous driver's producer, and learn the replay an explicit restore allows."""
+        self._ensure_clients()
+        store = self.fence.store if self.fence is not None else None
+        if self.restored:
+            last = self.marker()
+            self._replay_until = last.batch_id if last is not None else None
+            if store is not None:
+                store.write_bytes(REPLAY_FILE, json.dumps({"untilBatch": self._replay_until}).encode())
+            log.info("allowed replay after an explicit restore untilBatch=%s checkpoint=%s", self._replay_until, self.checkpoint)
+        elif store is not None and store.exists(REPLAY_FILE):
+            until = json.loads(store.read_bytes(REPLAY_FILE)).get("untilBatch")
+            self._replay_until = int(until) if until is not None else None
+
     def marker(self) -> Marker | None:
         """The last batch whose transaction committed, or None."""
         from confluent_kafka import KafkaException, TopicPartition
@@ -223,17 +287,22 @@ class ExactlyOnceKafkaWriter:
         from confluent_kafka import KafkaException, TopicPartition
 
         self._ensure_clients()
+        self._check_fence(f"batch {batch_id}, before its Kafka transaction")
         digest = self.input_digest(batch, batch_id)
         last = self.marker()
-        if last == Marker(batch_id, digest):
+        try:
+            decision = publish_decision(last, batch_id, digest, self._replay_until)
+        except KafkaSinkError as err:
+            raise KafkaSinkError(f"{err} ({self._where()})") from None
+        if decision == "skip":
             # still run the batch, unpublished: its state stores must commit (Spark checks it)
             batch.write.format("noop").mode("overwrite").save()
-            log.info("skipped batch batchId=%s reason=already committed to Kafka (marker %s)", batch_id, last.metadata())
+            log.info("skipped batch batchId=%s reason=already committed to Kafka (marker %s)", batch_id, last and last.metadata())
             return
-        if last is not None and last.batch_id >= batch_id:
+        if decision == "replay":
             log.warning(
-                "publishing batch batchId=%s although the marker names batch %s: other input (a restore from an older "
-                "savepoint replays what followed it)", batch_id, last.batch_id,
+                "publishing batch batchId=%s although the marker names batch %s: an explicit restore from an older "
+                "savepoint replays what followed it (up to batch %s)", batch_id, last and last.batch_id, self._replay_until,
             )
         producer = self._producer
         rows = records(batch, self.kafka)
@@ -248,6 +317,7 @@ class ExactlyOnceKafkaWriter:
             timeout = self.kafka.transaction_timeout_ms / 1000  # the broker aborts it then anyway
             producer.send_offsets_to_transaction(marker, self._marker_consumer.consumer_group_metadata(), timeout)
             testhooks.reached("kafka-before-commit")
+            self._check_fence(f"batch {batch_id}, before its Kafka commit")
             producer.commit_transaction(timeout)
         except KafkaException as err:
             self._abort()
@@ -257,6 +327,10 @@ class ExactlyOnceKafkaWriter:
             raise
         log.info("committed batch batchId=%s records=%d transactionalId=%s", batch_id, count, self.transactional_id)
         testhooks.reached("kafka-after-commit")
+
+    def _check_fence(self, where: str) -> None:
+        if self.fence is not None:
+            self.fence.check(where)  # FencedError: the transaction is aborted, nothing is published
 
     @staticmethod
     def _produce(producer: Any, topic: str, key: str | None, value: str | None, headers: Any) -> None:
@@ -294,4 +368,6 @@ def kafka_writer(df: "DataFrame", kafka: KafkaSink, output_mode: str, identity: 
             .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("topic", kafka.topic)
             .options(**kafka_auth.spark_options(kafka.sasl, "sink", "sink.kafka"))
         )
-    return df.writeStream.outputMode(output_mode).foreachBatch(ExactlyOnceKafkaWriter(kafka, identity))
+    writer = ExactlyOnceKafkaWriter(kafka, identity)
+    writer.start()  # before the query plans: the previous driver's producer is fenced first
+    return df.writeStream.outputMode(output_mode).foreachBatch(writer)

@@ -181,7 +181,12 @@ def sink_writer(df: "DataFrame", sink: Sink, identity: "SinkIdentity | None" = N
         return writer.format("console").option("truncate", "false").options(**sink.options)
     assert sink.path is not None and sink.format is not None  # the model's rule
     if sink.kind == SinkKind.foreach_batch:
-        return writer.foreachBatch(BatchDirectoryWriter(sink.path, sink.format, sink.options))
+        target = BatchDirectoryWriter(sink.path, sink.format, sink.options)
+        if identity is not None and identity.fence is not None:
+            from job_runtime.query.fenced import FencedBatches
+
+            return writer.foreachBatch(FencedBatches(target, identity.fence))
+        return writer.foreachBatch(target)
     return writer.format(sink.format.value).option("path", sink.path).options(**sink.options)
 
 

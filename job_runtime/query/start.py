@@ -21,6 +21,8 @@ from job_runtime.settings import RuntimeSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from job_runtime.checkpoints.epoch import Fence
     from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger("job_runtime.jobs")
@@ -46,7 +48,10 @@ def load_entrypoint(job: JobDefinition) -> Entrypoint:
     return entrypoint
 
 
-def make_context(spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings, once: bool = False) -> JobContext:
+def make_context(
+    spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings, once: bool = False,
+    fence: "Fence | None" = None, restored: bool = False,
+) -> JobContext:
     return JobContext(
         spark=spark,
         config=dict(job.config),
@@ -60,6 +65,8 @@ def make_context(spark: "SparkSession", job: JobDefinition, settings: RuntimeSet
         sources={s.name: s for s in job.sources or []},
         declared_sink=job.sink,
         once=once,
+        fence=fence,
+        restored=restored,
     )
 
 
@@ -68,13 +75,17 @@ def query_name(settings: RuntimeSettings) -> str:
     return f"{settings.namespace}_{settings.name}".replace("-", "_")
 
 
-def start_query(spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings, once: bool = False) -> "StreamingQuery":
+def start_query(
+    spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings, once: bool = False,
+    fence: "Fence | None" = None, restored: bool = False,
+) -> "StreamingQuery":
     """Build the job's query and start it with the runtime's checkpoint, trigger and name
-    (`once`: a one-batch trigger, for the batch a stop left planned; job_runtime.query.drain)."""
+    (`once`: a one-batch trigger, for the batch a stop left planned; job_runtime.query.drain;
+    `fence`: this driver's epoch, which the sinks check; `restored`: this start restored a savepoint)."""
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-    context = make_context(spark, job, settings, once)
+    context = make_context(spark, job, settings, once, fence, restored)
     if job.pipeline is not None:
         writer = build_pipeline(spark, job.pipeline, identity=context.sink_identity())
         try:

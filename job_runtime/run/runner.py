@@ -5,8 +5,9 @@ its main thread starts and stops it. The control endpoint's threads and the
 SIGTERM handler talk to it through a command queue; a savepoint taken while
 running is written from a worker thread, because the query keeps going.
 
-Before the query starts: the checkpoint claimed, repaired and restored or its
-pin checked (job_runtime.run.startup, whose refusals exit RESTORE_REFUSED).
+Before the query starts: the checkpoint claimed, this driver's epoch taken, the checkpoint repaired,
+restored or its pin checked, held against --expect-committed (job_runtime.run.startup). The main loop
+checks the epoch (job_runtime.checkpoints.epoch); a replaced driver stops its query and exits FENCED.
 
 --allow-non-restored-state: when the query fails planning its first batch
 because the checkpoint holds state of stateful operators it no longer has,
@@ -27,14 +28,14 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from job_runtime.checkpoints import janitor, nonrestored
+from job_runtime.checkpoints import epoch, janitor, nonrestored
 from job_runtime.kafka.offsets_watch import OffsetsWatch, kafka_offsets_deadline
 from job_runtime.query import pipeline, start
 from job_runtime.query.errors import describe, interrupted_by_stop
 from job_runtime.query.progress import LateRowsTotal, progress_fields
 from job_runtime.run import startup
 from job_runtime.run.savepoint_requests import Command, SavepointCommand, SavepointOps, SavepointRecord, StopCommand
-from job_runtime.run.startup import RestoreRefused
+from job_runtime.run.startup import CheckpointBehind, RestoreRefused
 from job_runtime.settings import RuntimeSettings
 from streamjob_contract import checkpoint
 from streamjob_contract.exitcodes import ExitCode
@@ -78,6 +79,8 @@ class Runner(SavepointOps):
         self._dropped_state = False
         self._janitor: janitor.Janitor | None = None
         self._offsets_wait = OffsetsWatch(kafka_offsets_deadline(job))
+        self._fence: epoch.Fence | None = None
+        self._fence_checks = epoch.Throttle(epoch.CHECK_SECONDS)
         self.final_savepoint: SavepointRecord | None = None
 
     # ---- Controller: called from the control endpoint's threads ---------------------------
@@ -178,6 +181,8 @@ class Runner(SavepointOps):
             return self._fail(ExitCode.INVALID_JOB, str(err))
         except RestoreRefused as err:
             return self._fail(ExitCode.RESTORE_REFUSED, str(err))
+        except (CheckpointBehind, epoch.FencedError) as err:
+            return self._fail(ExitCode.FENCED if isinstance(err, epoch.FencedError) else ExitCode.CHECKPOINT_BEHIND, str(err))
         except Exception as err:
             log.exception("runtime failed job=%s", self.settings.job_id)
             return self._fail(ExitCode.FAILED, describe(err))
@@ -189,8 +194,10 @@ class Runner(SavepointOps):
     def _run(self) -> ExitCode:
         # Everything that can refuse the run without a JVM goes first: a refusal is then quick.
         startup.claim_checkpoint(self.settings, self.s3_config)
+        self._fence = startup.take_epoch(self.settings, self.s3_config)  # before anything repairs or plans
         startup.recover_checkpoint(self.settings, self.s3_config)
         restore = startup.restore_needed(self.settings, self.s3_config)
+        startup.check_expected_batch(self.settings, self.s3_config, restoring=restore)
         self._restore_skipped = self.settings.restore_from is not None and not restore
         if restore:
             startup.check_savepoint(self.settings, self.s3_config)
@@ -259,7 +266,8 @@ class Runner(SavepointOps):
 
     def _start_query(self, once: bool = False) -> None:
         assert self._spark is not None
-        query = start.start_query(self._spark, self.job, self.settings, once=once)
+        restored = self._restored_from is not None and self._query_starts == 0  # the start right after the restore
+        query = start.start_query(self._spark, self.job, self.settings, once=once, fence=self._fence, restored=restored)
         with self._lock:
             self._query = query
             self._query_starts += 1
@@ -273,6 +281,8 @@ class Runner(SavepointOps):
         """The exit code when the query ended by itself or failed; None while it runs."""
         query = self._query
         assert query is not None
+        if (fenced := self._fenced()) is not None:
+            return fenced
         if query.isActive:
             stalled = self._offsets_wait.stalled(query)
             if stalled is None:
@@ -289,6 +299,14 @@ class Runner(SavepointOps):
         self._state = RunState.FINISHED
         log.info("finished query job=%s reason=the query ended by itself", self.settings.job_id)
         return ExitCode.FINISHED
+
+    def _fenced(self) -> ExitCode | None:
+        """A newer driver took the checkpoint: stop the query (its error is the fence's) and exit FENCED."""
+        running = bool(self._query and self._query.isActive)
+        if self._fence is None or not epoch.replaced(self._fence, self._fence_checks, running=running):
+            return None
+        self._stop_query()
+        return self._fail(ExitCode.FENCED, self._fence.message("the runtime's check"))
 
     def _operators_changed(self, error: BaseException) -> ExitCode | None:
         """Spark refused the checkpoint's stateful operators: drop non-restored state and start

@@ -12,6 +12,17 @@ unfinished restore) is materialised from the savepoint; one that has commits is
 resumed and the restore skipped, so a driver restarted after a restore never loses
 progress. Refusals raise ``RestoreRefused`` (exit RESTORE_REFUSED) or
 ``JobDefinitionError`` for a location that cannot be parsed (exit INVALID_JOB).
+
+Fence: right after the claim, this driver takes the next epoch on the checkpoint
+(job_runtime.checkpoints.epoch), before recovery touches it or the query plans:
+an older driver still running stops at its next check (exit FENCED).
+
+Never fresh by accident: with --expect-committed N (the operator's
+status.lastCheckpoint.batchId when it resumes a checkpoint), a checkpoint whose
+latest committed batch is behind N, or that has none, is refused
+(``CheckpointBehind``, exit CHECKPOINT_BEHIND), whether or not a --restore-from
+would seed it: the savepoint is older than what the job committed. The operator
+leaves the option out when the user acknowledged (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -20,7 +31,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from job_runtime.checkpoints import janitor, ownership, recovery
+from job_runtime.checkpoints import epoch, janitor, ownership, recovery
 from job_runtime.checkpoints.pinning import StateIncompatibleError, check_state_partitions
 from job_runtime.settings import RuntimeSettings
 from streamjob_contract import checkpoint
@@ -36,6 +47,39 @@ log = logging.getLogger("job_runtime.runner")
 
 class RestoreRefused(RuntimeError):
     """The savepoint or checkpoint cannot serve this job; exit RESTORE_REFUSED."""
+
+
+class CheckpointBehind(RuntimeError):
+    """The checkpoint's latest committed batch is behind --expect-committed; exit CHECKPOINT_BEHIND."""
+
+
+def take_epoch(settings: RuntimeSettings, s3: S3Config) -> epoch.Fence:
+    """This driver's epoch on the checkpoint: from now on an older driver of it stops before it writes."""
+    try:
+        return epoch.take(settings.checkpoint_location, s3, job=settings.job_id)
+    except LocationError as err:
+        raise JobDefinitionError(f"--checkpoint: {err}") from None
+
+
+def check_expected_batch(settings: RuntimeSettings, s3: S3Config, *, restoring: bool) -> None:
+    """Refuses a checkpoint behind --expect-committed (wiped, emptied, another store) instead of starting fresh."""
+    expected = settings.expect_committed
+    if expected is None:
+        return
+    try:
+        latest = checkpoint.latest_completed_batch(settings.checkpoint_location, s3=s3)
+    except LocationError as err:
+        raise JobDefinitionError(f"--checkpoint: {err}") from None
+    if latest is not None and latest >= expected:
+        return
+    found = "no committed batch" if latest is None else f"committed batch {latest}"
+    seeded = f"; restoring savepoint {settings.restore_from} would not bring it back either" if restoring else ""
+    raise CheckpointBehind(
+        f"checkpoint {settings.checkpoint_location} holds {found}, behind batch {expected} the job committed "
+        f"(status.lastCheckpoint.batchId){seeded}: it was wiped or points elsewhere, and starting would repeat or "
+        f"lose output. Restore the checkpoint, or accept starting from it with spec.checkpoint.acceptBehindBatch: "
+        f"{expected} (docs/operations.md)"
+    )
 
 
 def check_pin(settings: RuntimeSettings, s3: S3Config) -> None:

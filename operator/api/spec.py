@@ -157,6 +157,12 @@ class CheckpointSpec(Model):
         default="10 seconds", alias="triggerInterval", pattern=r"^[0-9]+ (milliseconds?|seconds?|minutes?)$",
         description="Micro-batch trigger interval, e.g. '10 seconds'.",
     )
+    accept_behind_batch: int | None = Field(
+        default=None, alias="acceptBehindBatch", ge=0,
+        description="The way out of a CheckpointBehind failure: the batch the refusal named (status.lastCheckpoint.batchId). "
+        "With it, the next restart resumes the checkpoint although its latest committed batch is behind that one "
+        "(wiped, emptied or moved: output may be repeated or lost); any other value has no effect.",
+    )
 
 
 class RetentionSpec(Model):

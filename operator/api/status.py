@@ -178,6 +178,11 @@ class Operation(Model):
     )
     trigger: str | None = Field(default=None, description="Why the savepoint is taken: upgrade, suspend, manual, periodic or delete.")
     trigger_id: str | None = Field(default=None, alias="triggerId", description="The driver's id of the savepoint request.")
+    expect_committed: int | None = Field(
+        default=None, alias="expectCommitted",
+        description="When the next driver resumes the current checkpoint: the batch it must find committed "
+        "(status.lastCheckpoint.batchId); a checkpoint behind it is refused (CheckpointBehind).",
+    )
     target_spec: str | None = Field(
         default=None, alias="targetSpec",
         description="JSON of the spec this operation rolls out, as it was checked when the operation started; "

@@ -241,6 +241,8 @@ def runtime_args(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout
     ]
     if action.restore_from:
         args += ["--restore-from", action.restore_from]
+    if action.expect_committed is not None:
+        args += ["--expect-committed", str(action.expect_committed)]  # a checkpoint behind it is refused (exit 15)
     if spec.allow_non_restored_state:
         args.append("--allow-non-restored-state")
     if spec.savepoint is not None:

@@ -34,6 +34,7 @@ CHANGE_TABLE: dict[str, ChangeKind] = {
     "driver": ChangeKind.savepoint_redeploy,
     "executor": ChangeKind.savepoint_redeploy,
     "checkpoint": ChangeKind.savepoint_redeploy,
+    "checkpoint.acceptBehindBatch": ChangeKind.ignore,  # read at the next driver's start (docs/operations.md)
     "s3": ChangeKind.savepoint_redeploy,
     "statePartitions": ChangeKind.state_repartition,
     "restartNonce": ChangeKind.restart_only,

@@ -135,6 +135,7 @@ class CreateDriver:
     checkpoint_location: str
     restore_from: str | None = None
     spec_hash: str = ""
+    expect_committed: int | None = None  # --expect-committed: the batch a resumed checkpoint must hold
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from streamjob_contract.exitcodes import ExitCode
         pytest.param(11, ExitCode.STOPPED_BY_REQUEST, "stoppedByRequest", "Stopped", False, True, id="stop"),
         pytest.param(12, ExitCode.INVALID_JOB, "invalid", "InvalidJob", True, False, id="invalid"),
         pytest.param(13, ExitCode.RESTORE_REFUSED, "restoreRefused", "RestoreRefused", True, False, id="restore-refused"),
+        pytest.param(14, ExitCode.FENCED, "fenced", "Fenced", True, False, id="fenced"),
+        pytest.param(15, ExitCode.CHECKPOINT_BEHIND, "checkpointBehind", "CheckpointBehind", True, False, id="checkpoint-behind"),
         pytest.param(137, ExitCode.FAILED, "failed", "Failed", False, False, id="sigkill-is-failure"),
         pytest.param(143, ExitCode.FAILED, "failed", "Failed", False, False, id="sigterm-death-is-failure"),
         pytest.param(2, ExitCode.FAILED, "failed", "Failed", False, False, id="unknown-is-failure"),

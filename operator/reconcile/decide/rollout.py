@@ -36,6 +36,7 @@ def enter_deploying(p: Pass, op: Operation, deploy_spec_json: str) -> None:
     mode = op.restore_mode or UpgradeMode.last_state
     base = deploy_spec.checkpoint.location
     restored: str | None
+    expect: int | None = None
     if mode is UpgradeMode.savepoint and op.savepoint_path:
         checkpoint, restored = names.checkpoint_location(base, p.obs.name, p.obs.uid, epoch), op.savepoint_path
         how = f"restoring savepoint {restored} into {checkpoint}"
@@ -45,7 +46,10 @@ def enter_deploying(p: Pass, op: Operation, deploy_spec_json: str) -> None:
     elif mode is UpgradeMode.last_state and p.st.checkpoint_location:
         checkpoint, restored = p.st.checkpoint_location, p.st.restored_from
         batch = p.st.last_checkpoint.batch_id if p.st.last_checkpoint else None
+        expect = expected_batch(batch, p.spec.checkpoint.accept_behind_batch)  # read live, as an acknowledgement
         how = f"resuming checkpoint {checkpoint}{f' after batch {batch}' if batch is not None else ''}"
+        if batch is not None and expect is None:
+            how += f" (spec.checkpoint.acceptBehindBatch={batch}: accepted behind it)"
     else:
         checkpoint, restored = names.checkpoint_location(base, p.obs.name, p.obs.uid, epoch), None
         how = f"with fresh state at {checkpoint}"
@@ -59,7 +63,7 @@ def enter_deploying(p: Pass, op: Operation, deploy_spec_json: str) -> None:
         restored_from=restored,
         deployed_at=p.t(),
         last_reconciled_spec=deploy_spec_json,
-        operation=op.model_copy(update={"phase": Phase.deploying, "deadline": deadline}),
+        operation=op.model_copy(update={"phase": Phase.deploying, "deadline": deadline, "expect_committed": expect}),
         state=op.kind.lifecycle_state,
         ready=False,
         job=None,
@@ -86,6 +90,14 @@ def refuse_restore(p: Pass, op: Operation, deploy_spec_json: str, saved: int, co
     enter_deploying(p, keep, p.st.last_reconciled_spec)
 
 
+def expected_batch(last_committed: int | None, accepted: int | None) -> int | None:
+    """The batch a resumed checkpoint must hold: the last one the job committed, unless the user accepted
+    resuming behind exactly that one (spec.checkpoint.acceptBehindBatch); None when nothing was committed."""
+    if last_committed is None or accepted == last_committed:
+        return None
+    return last_committed
+
+
 def deploy_target(p: Pass) -> None:
     """After Stopping, for the operations that roll out a spec: the spec checked when the operation started
     (a later edit rolls out after it)."""
@@ -103,6 +115,7 @@ def create_driver(p: Pass) -> CreateDriver:
         checkpoint_location=st.checkpoint_location,
         restore_from=st.restored_from,
         spec_hash=hash_text(st.last_reconciled_spec),
+        expect_committed=st.operation.expect_committed if st.operation else None,
     )
 
 
