@@ -11,7 +11,9 @@ constant time; anything else gets 401):
 
     GET  /healthz               200 {"state"} while the runtime is alive, 503 once it failed
     GET  /status                200 query and progress figures (see Runner.status)
-    POST /savepoints            body {"path": optional str, "stop": bool}
+    POST /savepoints            body {"path": optional str, "stop": bool, "id": optional str}: the id names the
+                                request (the operator records it before it asks); asking again with a known
+                                id answers that request again, so a retried POST never takes a second savepoint
                                 202 {"id", "path"}; 409 when one is in progress;
                                 400 naming the path when it is not below the
                                 job's savepoint location (or there is none)
@@ -33,6 +35,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 import threading
 from http import HTTPStatus
 from pathlib import Path
@@ -43,6 +46,7 @@ from streamjob_contract.httpserve import MAX_CONNECTIONS, REQUEST_TIMEOUT_SECOND
 log = logging.getLogger("job_runtime.control")
 
 MAX_BODY_BYTES = 64 * 1024
+SAVEPOINT_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 
 class ControlError(Exception):
@@ -59,7 +63,7 @@ class Controller(Protocol):
 
     def status(self) -> dict[str, Any]: ...
 
-    def request_savepoint(self, path: str | None, stop: bool) -> dict[str, Any]: ...
+    def request_savepoint(self, path: str | None, stop: bool, savepoint_id: str | None = None) -> dict[str, Any]: ...
 
     def savepoint(self, savepoint_id: str) -> dict[str, Any] | None: ...
 
@@ -160,7 +164,10 @@ class _Handler(BoundedHandler):
                     raise ControlError(HTTPStatus.BAD_REQUEST, "body.path: must be a non-empty string")
                 if not isinstance(stop, bool):
                     raise ControlError(HTTPStatus.BAD_REQUEST, "body.stop: must be true or false")
-                self._send(HTTPStatus.ACCEPTED, controller.request_savepoint(target, stop))
+                wanted = body.get("id")
+                if wanted is not None and (not isinstance(wanted, str) or not SAVEPOINT_ID.fullmatch(wanted)):
+                    raise ControlError(HTTPStatus.BAD_REQUEST, "body.id: must be 1-63 lowercase letters, digits or '-'")
+                self._send(HTTPStatus.ACCEPTED, controller.request_savepoint(target, stop, wanted))
             elif method == "GET" and path == "/savepoints":
                 self._send(HTTPStatus.OK, {"savepoints": controller.savepoints()})
             elif method == "GET" and path.startswith("/savepoints/"):

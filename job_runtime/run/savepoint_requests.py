@@ -110,8 +110,13 @@ class SavepointOps:
 
         def _fail(self, code: ExitCode, message: str) -> ExitCode: ...
 
-    def request_savepoint(self, path: str | None, stop: bool) -> dict[str, Any]:
+    def request_savepoint(self, path: str | None, stop: bool, savepoint_id: str | None = None) -> dict[str, Any]:
+        """Accepts a savepoint request, named ``savepoint_id`` when the caller chose one; a request whose id is
+        already known is answered again, whatever its state, and nothing new is started."""
         with self._lock:
+            known = self._savepoints.get(savepoint_id) if savepoint_id else None
+            if known is not None:
+                return {"id": known.id, "path": known.path}
             if self._state != RunState.RUNNING or self._stop_reason is not None:
                 raise ControlError(HTTPStatus.CONFLICT, f"the job is {self._state.value}: savepoints are taken while RUNNING")
             if self._active_savepoint is not None:
@@ -124,7 +129,7 @@ class SavepointOps:
             except SavepointPathError as err:
                 log.warning("refused savepoint request job=%s reason=%s", self.settings.job_id, err)
                 raise ControlError(HTTPStatus.BAD_REQUEST, str(err)) from None
-            record = SavepointRecord(id=uuid.uuid4().hex[:12], path=target, stop=stop)
+            record = SavepointRecord(id=savepoint_id or uuid.uuid4().hex[:12], path=target, stop=stop)
             self._active_savepoint = record
             self._remember(record)
         self._commands.put(SavepointCommand(record))

@@ -195,19 +195,21 @@ class Actor:
         if not pod_ip:
             raise ActionFailed(f"driver pod {action.pod} has no IP yet", "DriverUnreachable")
         try:
-            reply = self.clients.driver_call(pod_ip, owner.namespace, owner.name, "POST", "/savepoints",
-                                             {"path": action.path, "stop": action.stop})
+            body: dict[str, Any] = {"path": action.path, "stop": action.stop}
+            if action.trigger_id:
+                body["id"] = action.trigger_id
+            reply = self.clients.driver_call(pod_ip, owner.namespace, owner.name, "POST", "/savepoints", body)
         except DriverUnreachable as err:
             raise ActionFailed(f"could not ask driver {action.pod} for a savepoint: {err}", "DriverUnreachable") from None
         if reply.status == 202:
             log.info("Triggered savepoint streamjob=%s/%s pod=%s path=%s stop=%s id=%s",
                      owner.namespace, owner.name, action.pod, action.path, action.stop, reply.body.get("id"))
-            return Outcome(trigger_id=str(reply.body.get("id")))
+            return _renamed(action, str(reply.body.get("id")))
         if reply.status == 409:  # one in progress: ours, if an earlier pass triggered it before a crash
             listing = self.clients.driver_call(pod_ip, owner.namespace, owner.name, "GET", "/savepoints")
             for sp in reversed(listing.body.get("savepoints") or []):
                 if sp.get("path") == action.path:
-                    return Outcome(trigger_id=str(sp.get("id")))
+                    return _renamed(action, str(sp.get("id")))
         raise ActionFailed(f"driver {action.pod} refused the savepoint: HTTP {reply.status} {reply.body.get('error', '')}",
                            "SavepointRefused")
 
@@ -230,3 +232,9 @@ class Actor:
         _gone_ok(lambda: core.delete_namespaced_service_account(names.driver_service_account(owner.name), ns))
         self.clients.forget_token(ns, owner.name)
         log.info("Deleted owned objects streamjob=%s/%s", ns, owner.name)
+
+
+def _renamed(action: TriggerSavepoint, driver_id: str) -> Outcome | None:
+    """The driver's id for the request when it is not the one decide recorded (a runtime older than 0.2 names
+    its requests itself): only then does the pass write status a second time."""
+    return None if driver_id == action.trigger_id else Outcome(trigger_id=driver_id)

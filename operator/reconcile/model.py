@@ -109,6 +109,7 @@ class Observations:
     drivers: tuple[DriverPod, ...] = ()
     job: JobProgress | None = None
     savepoint: SavepointProgress | None = None
+    savepoint_unknown: bool = False  # the driver answered that it has no request status.operation.triggerId
     manifest: SavepointManifest | None = None  # at status.operation.savepointPath
     checkpoint_batch: int | None = None  # latest completed batch of status.checkpointLocation
     repartition_supported: bool = False  # the runtime can restore into another state-partition count
@@ -149,6 +150,7 @@ class TriggerSavepoint:
     pod: str
     path: str
     stop: bool
+    trigger_id: str | None = None  # the request's name, recorded in status.operation.triggerId before it is asked
 
 
 @dataclass(frozen=True)

@@ -173,6 +173,7 @@ def observe(
 
     job: JobProgress | None = None
     savepoint: SavepointProgress | None = None
+    savepoint_unknown = False
     live_ip = current.ip if current is not None and current.alive and current.phase is PodPhase.running else None
     if live_ip and (wants_job_poll(status, now) or savepointing or meta.get("deletionTimestamp")):
         try:
@@ -182,6 +183,7 @@ def observe(
                 sp = clients.driver_call(live_ip, namespace, name, "GET", f"/savepoints/{op.trigger_id}")
                 if sp.status == 200:
                     savepoint = savepoint_progress(sp.body)
+                savepoint_unknown = sp.status == 404  # the POST that named it never arrived (or an older runtime)
         except DriverUnreachable as err:
             log.debug("Could not reach driver streamjob=%s/%s pod=%s error=%s", namespace, name, current.name if current else None, err)
             job = JobProgress()
@@ -231,6 +233,7 @@ def observe(
         drivers=drivers,
         job=job,
         savepoint=savepoint,
+        savepoint_unknown=savepoint_unknown,
         manifest=manifest,
         checkpoint_batch=checkpoint_batch,
         repartition_supported=repartition_supported,

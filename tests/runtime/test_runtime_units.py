@@ -162,11 +162,11 @@ class FakeController:
     def status(self) -> dict[str, Any]:
         return {"state": "RUNNING", "lastBatchId": 3}
 
-    def request_savepoint(self, path: str | None, stop: bool) -> dict[str, Any]:
+    def request_savepoint(self, path: str | None, stop: bool, savepoint_id: str | None = None) -> dict[str, Any]:
         if self.requests:
             raise ControlError(HTTPStatus.CONFLICT, "savepoint abc is in progress")
         self.requests.append((path, stop))
-        return {"id": "abc", "path": path or "s3://b/sp"}
+        return {"id": savepoint_id or "abc", "path": path or "s3://b/sp"}
 
     def savepoint(self, savepoint_id: str) -> dict[str, Any] | None:
         return {"id": "abc", "state": "IN_PROGRESS"} if savepoint_id == "abc" else None

@@ -21,6 +21,7 @@ from streamjob_operator.api.status import (
     StreamJobStatus,
 )
 from streamjob_operator.reconcile.decide import decide, hash_text, spec_hash, spec_json
+from streamjob_operator.reconcile.decide.savepoint import request_id
 from streamjob_operator.reconcile.model import (
     CreateDriver,
     Decision,
@@ -123,10 +124,13 @@ class Expect:
     requeue: float | None | str = "any"
     done: bool = False
     conditions: dict[str, tuple[str, str]] = field(default_factory=dict)  # type -> (status, reason)
+    status_op: dict[str, Any] = field(default_factory=dict)  # status.operation attribute -> expected value
 
 
 def check(decision: Decision, expect: Expect) -> None:
     st = decision.status
+    for attr, value in expect.status_op.items():
+        assert st.operation is not None and getattr(st.operation, attr) == value, f"operation.{attr}: {st.operation}"
     if expect.state is not None:
         assert st.state == expect.state, f"state {st.state} != {expect.state}; events={decision.events}"
     if expect.op != "any":
@@ -366,7 +370,8 @@ CASES = [
         with_op(running(state=LifecycleState.upgrading), kind="upgrade", phase="Savepointing", savepoint_path=UPGRADE_SP,
                 trigger="upgrade", restore_mode="savepoint", deadline=at(600)),
         obs(pod()),
-        Expect(op=("upgrade", "Savepointing"), actions=[TriggerSavepoint("wc-driver-1", UPGRADE_SP, stop=True)]),
+        Expect(op=("upgrade", "Savepointing"), actions=[TriggerSavepoint("wc-driver-1", UPGRADE_SP, stop=True, trigger_id=request_id(UPGRADE_SP))],
+               status_op={"trigger_id": request_id(UPGRADE_SP)}),
         id="the upgrade asks the running driver to stop with a savepoint",
     ),
     pytest.param(
@@ -376,6 +381,15 @@ CASES = [
         obs(pod(), savepoint=SavepointProgress(SavepointState.IN_PROGRESS)),
         Expect(op=("upgrade", "Savepointing"), actions=[], requeue=2.0),
         id="an upgrade waits while its savepoint is in progress",
+    ),
+    pytest.param(
+        NEW_IMAGE,
+        with_op(running(state=LifecycleState.upgrading), kind="upgrade", phase="Savepointing", savepoint_path=UPGRADE_SP,
+                trigger="upgrade", restore_mode="savepoint", deadline=at(600), trigger_id="t1"),
+        obs(pod(), savepoint_unknown=True),
+        Expect(op=("upgrade", "Savepointing"), actions=[TriggerSavepoint("wc-driver-1", UPGRADE_SP, stop=True, trigger_id="t1")],
+               status_op={"trigger_id": "t1"}),
+        id="a savepoint request the driver does not know (its POST was lost) is asked again under the same name",
     ),
     pytest.param(
         NEW_IMAGE,
@@ -593,7 +607,9 @@ CASES = [
         with_op(running(last_savepoint_nonce=1), kind="savepoint", phase="Savepointing", savepoint_path=f"{SP_BASE}/m",
                 trigger="manual", deadline=at(60)),
         obs(pod()),
-        Expect(op=("savepoint", "Savepointing"), actions=[TriggerSavepoint("wc-driver-1", f"{SP_BASE}/m", stop=False)]),
+        Expect(op=("savepoint", "Savepointing"), actions=[TriggerSavepoint("wc-driver-1", f"{SP_BASE}/m", stop=False,
+                                                                           trigger_id=request_id(f"{SP_BASE}/m"))],
+               status_op={"trigger_id": request_id(f"{SP_BASE}/m")}),
         id="a manual savepoint does not stop the job",
     ),
     pytest.param(

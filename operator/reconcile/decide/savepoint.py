@@ -13,7 +13,7 @@ from streamjob_operator.api.status import MAX_SAVEPOINT_HISTORY, OpKind, Operati
 from ..model import DeleteSavepoint, TriggerSavepoint
 from ..policy import parse_duration, parse_time
 from . import lineage, restart, rollout
-from .context import POLL_SECONDS, Pass, Steps, clip
+from .context import POLL_SECONDS, Pass, Steps, clip, hash_text
 
 
 def start_savepoint(p: Pass, trigger: str) -> None:
@@ -64,11 +64,21 @@ def savepointing(p: Pass) -> None:
     if why is not None:
         failed(p, why)
         return
-    if op.trigger_id is None:
+    if op.trigger_id is None or p.obs.savepoint_unknown:
         if p.running_driver() is not None and p.reachable():
             assert cur is not None and op.savepoint_path is not None
-            p.actions.append(TriggerSavepoint(cur.name, op.savepoint_path, stop=op.kind is not OpKind.savepoint))
+            # the request is named here and recorded in this pass's one status write, before it is asked: a pass
+            # that dies after asking finds it by that name; asking again with it starts nothing new
+            trigger_id = op.trigger_id or request_id(op.savepoint_path)
+            p.op_update(trigger_id=trigger_id)
+            p.actions.append(TriggerSavepoint(cur.name, op.savepoint_path, stop=op.kind is not OpKind.savepoint,
+                                              trigger_id=trigger_id))
     p.again(POLL_SECONDS)
+
+
+def request_id(savepoint_path: str) -> str:
+    """The savepoint request's name: from its path, which is new for every operation."""
+    return f"sp-{hash_text(savepoint_path)[:16]}"
 
 
 def completed(p: Pass, batch_id: int | None, size_bytes: int | None = None) -> None:
