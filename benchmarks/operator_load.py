@@ -42,8 +42,10 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def helm(bed: TestBed, *args: str) -> None:
-    subprocess.run([str(locate.bin_dir() / "helm"), f"--kubeconfig={bed.kubeconfig}", *args],
-                   check=True, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([str(locate.bin_dir() / "helm"), f"--kubeconfig={bed.kubeconfig}", *args],
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise SystemExit(f"helm {args[0]} failed: {done.stderr.strip()}\n{bed.component_logs()}")
 
 
 def job(name: str) -> dict[str, Any]:
