@@ -44,29 +44,31 @@ class InjectedFault(OSError):
     """The failure a test asked for at a named step (STREAMJOB_FAIL_AT)."""
 
 
+def _occurrence(point: str, variable: str, counts: dict[str, int]) -> tuple[str, list[str]] | None:
+    """Counts one occurrence of ``point``; ("point:n", the variable's lines) when the variable names it."""
+    wanted = os.environ.get(variable)
+    if not wanted or f"{point}:" not in wanted:
+        return None
+    with _lock:
+        counts[point] = counts.get(point, 0) + 1
+        spec = f"{point}:{counts[point]}"
+    lines = wanted.split("\n")
+    return (spec, lines) if spec in lines else None
+
+
 def fail(point: str) -> None:
     """Count one occurrence of `point`; raise ``InjectedFault`` when STREAMJOB_FAIL_AT names this occurrence."""
-    wanted = os.environ.get(FAIL_AT)
-    if not wanted or f"{point}:" not in wanted:
-        return
-    with _lock:
-        _fail_counts[point] = _fail_counts.get(point, 0) + 1
-        spec = f"{point}:{_fail_counts[point]}"
-    if spec in wanted.split("\n"):
-        raise InjectedFault(f"injected fault at {spec}")
+    named = _occurrence(point, FAIL_AT, _fail_counts)
+    if named is not None:
+        raise InjectedFault(f"injected fault at {named[0]}")
 
 
 def reached(point: str) -> None:
     """Count one occurrence of `point`; pause for good when STREAMJOB_PAUSE_AT names this occurrence."""
-    wanted = os.environ.get(PAUSE_AT)
-    if not wanted or f"{point}:" not in wanted:
+    named = _occurrence(point, PAUSE_AT, _counts)
+    if named is None:
         return
-    with _lock:
-        _counts[point] = _counts.get(point, 0) + 1
-        spec = f"{point}:{_counts[point]}"
-    lines = wanted.split("\n")
-    if spec not in lines:
-        return
+    spec, lines = named
     directory = Path(os.environ.get(PAUSE_DIR, "."))
     marker = f"paused-{lines.index(spec)}"
     tmp = directory / f"{marker}.tmp"

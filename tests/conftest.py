@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +26,7 @@ from testbed.waiting import wait_for
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "testbed" in getattr(item, "fixturenames", ()):
+        if {"testbed", "real_bed"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.testbed)
 
 
@@ -119,3 +120,19 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     broker = start_kafka(locate.kafka_dir(), tmp_path_factory.mktemp("kafka"), timeout=180, sasl_users=users)
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="module")
+def real_bed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[TestBed]:
+    """A test bed on the real node (testbed.node), one per module: one real node runs on a machine at a time."""
+    # no skip: a machine where this cannot run is a failure to see, not a pass
+    assert os.geteuid() == 0, "the real node needs root (it creates a bridge, iptables chains, mounts and cgroups)"
+    bed = TestBed(tmp_path_factory.mktemp("real-node"), node="real")
+    started = time.monotonic()
+    bed.start()
+    print(f"real node test bed started in {time.monotonic() - started:.1f}s; node timings {bed.node.timings if bed.node else {}}")
+    yield bed
+    keep = request.session.testsfailed > 0 or os.environ.get("STREAMJOB_KEEP_TESTBED") == "1"
+    bed.stop(keep=keep)
+    if keep:
+        print(f"real node test bed logs kept in {bed.log_dir}")

@@ -35,21 +35,6 @@ POD_TIMEOUT = 120
 
 
 @pytest.fixture(scope="module")
-def real_bed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[TestBed]:
-    # no skip: a machine where this cannot run is a failure to see, not a pass
-    assert os.geteuid() == 0, "the real node needs root (it creates a bridge, iptables chains, mounts and cgroups)"
-    bed = TestBed(tmp_path_factory.mktemp("real-node"), node="real")
-    started = time.monotonic()
-    bed.start()
-    print(f"real node test bed started in {time.monotonic() - started:.1f}s; node timings {bed.node.timings if bed.node else {}}")
-    yield bed
-    keep = request.session.testsfailed > 0 or os.environ.get("STREAMJOB_KEEP_TESTBED") == "1"
-    bed.stop(keep=keep)
-    if keep:
-        print(f"real node test bed logs kept in {bed.log_dir}")
-
-
-@pytest.fixture(scope="module")
 def core(real_bed: TestBed) -> Iterator[client.CoreV1Api]:
     with real_bed.api_client() as api:
         yield client.CoreV1Api(api)

@@ -9,7 +9,6 @@ through the ``s3`` Service and the API server through the ``kubernetes`` Service
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,20 +28,9 @@ from streamjob_e2e import REPO, Jobs, Operator, _established
 IMAGE = imagestore.runtime_image()
 
 
-@pytest.fixture(scope="module")
-def real_bed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[TestBed]:
-    # no skip: a machine where this cannot run is a failure to see, not a pass
-    assert os.geteuid() == 0, "the real node needs root (it creates a bridge, iptables chains, mounts and cgroups)"
+@pytest.fixture(scope="module", autouse=True)
+def image_built() -> None:
     assert imagestore.inspect(IMAGE) is not None, f"{IMAGE} was not built: bash scripts/build-images.sh"
-    bed = TestBed(tmp_path_factory.mktemp("real-job"), node="real")
-    started = time.monotonic()
-    bed.start()
-    print(f"real node test bed started in {time.monotonic() - started:.1f}s; node timings {bed.node.timings if bed.node else {}}")
-    yield bed
-    keep = request.session.testsfailed > 0 or os.environ.get("STREAMJOB_KEEP_TESTBED") == "1"
-    bed.stop(keep=keep)
-    if keep:
-        print(f"real node test bed logs kept in {bed.log_dir}")
 
 
 @pytest.fixture(scope="module")
