@@ -177,7 +177,7 @@ class Operation(Model):
         "last-state (resume the current checkpoint) or stateless (fresh checkpoint).",
     )
     trigger: str | None = Field(default=None, description="Why the savepoint is taken: upgrade, suspend, manual, periodic or delete.")
-    trigger_id: str | None = Field(default=None, alias="triggerId", description="The driver's id of the savepoint request.")
+    trigger_id: str | None = Field(default=None, alias="triggerId", description="The savepoint request's name: chosen by the operator and recorded before it asks the driver (an older runtime image's own id otherwise).")
     expect_committed: int | None = Field(
         default=None, alias="expectCommitted",
         description="When the next driver resumes the current checkpoint: the batch it must find committed "
