@@ -51,6 +51,9 @@ KILLS_SLOW = 50
 SLICE = 60  # events produced before each run (one batch is maxOffsetsPerTrigger=100)
 TRIGGER = "500 milliseconds"
 WAIT = 240.0  # for a batch commit or a pause point; an instant that never comes is a failure
+CHUNK = 20  # events produced for one more batch when a mid-batch executor kill missed the tasks of the last one
+MID_BATCH_POLL = 30.0  # seconds to see a batch's tasks on an executor before more input makes another batch
+MID_BATCH_TRIES = 8
 
 
 DRIVER = "driver"
@@ -87,8 +90,23 @@ def kill_chain(broker: Any, processes: list[RuntimeProcess], tmp_path: Path, kil
         found = checkpoint.latest_completed_batch(ckpt.as_uri())
         return -1 if found is None else found
 
+    sent = 0  # events are produced in order (event time), never twice: the reference counts each once
+
+    def produce_upto(end: int) -> None:
+        nonlocal sent
+        if end > sent:
+            gen.produce(broker.bootstrap, source, events[sent:end])
+            sent = end
+
+    def more() -> bool:
+        """A few more events, taken from the next slice, for another batch; False when the input is spent."""
+        if sent >= len(events):
+            return False
+        produce_upto(min(sent + CHUNK, len(events)))
+        return True
+
     for n in range(kills):
-        gen.produce(broker.bootstrap, source, events[n * SLICE:(n + 1) * SLICE])
+        produce_upto((n + 1) * SLICE)
         label, started = f"kill-{n + 1:02d}", time.monotonic()
         if kinds:
             kind = kinds[n]
@@ -104,11 +122,11 @@ def kill_chain(broker: Any, processes: list[RuntimeProcess], tmp_path: Path, kil
             live = None
         else:
             live = live or run(label, TRIGGER)
-            instant = kill_executor(live, kind, rng, latest)
+            instant = kill_executor(live, kind, rng, latest, more)
         instants.append({"kill": n + 1, "kind": kind, "instant": instant, "latestCommit": latest(),
                          "secondsAfterStart": round(time.monotonic() - started, 1)})
 
-    gen.produce(broker.bootstrap, source, events[kills * SLICE:])
+    produce_upto(len(events))
     expected = reference_windows(events)
     if live is not None and live.proc is not None and live.proc.poll() is None:
         # the run that survived its executors' kills finishes the input itself, then stops cleanly
@@ -156,24 +174,36 @@ def kill_driver(live: RuntimeProcess | None, run: Any, label: str, rng: random.R
     return instant
 
 
-def kill_executor(proc: RuntimeProcess, kind: str, rng: random.Random, latest: Any) -> str:
-    """SIGKILL one executor JVM of `proc`: one that runs tasks of a batch (after a drawn delay
-    into the run's next batch, as Spark's task scheduler reports them on /status), or one drawn
-    between batches (after a commit, the query's thread waiting for its next trigger)."""
+def kill_executor(proc: RuntimeProcess, kind: str, rng: random.Random, latest: Any, more: Any) -> str:
+    """SIGKILL one executor JVM of `proc`: one seen running tasks of a batch, or one drawn between
+    batches (after a commit, the query's thread waiting for its next trigger).
+
+    Tasks run for a moment only: when a batch ends before the poll of /status sees its tasks (a
+    fast machine), more input (`more`) makes another batch and the poll tries again, so the test
+    never depends on catching a transient state on the first try."""
     executors = wait_executors(proc)
     before = latest()
     if kind == EXECUTOR_MID_BATCH:
-        delay = rng.uniform(0.0, 1.0)
-        proc.wait_for("a batch with new data running", lambda s: s["statusMessage"] == "Processing new data", timeout=WAIT)
-        time.sleep(delay)
-        running = proc.wait_for("tasks running on an executor", lambda s: bool(set(s["runningTasks"] or {}) & set(executors)),
-                                timeout=WAIT)["runningTasks"]
+        running: dict[str, int] = {}
+        for _ in range(MID_BATCH_TRIES):
+            try:
+                running = proc.wait_for("tasks running on an executor",
+                                        lambda s: bool(set(s["runningTasks"] or {}) & set(executors)),
+                                        timeout=MID_BATCH_POLL)["runningTasks"]
+                break
+            except AssertionError:
+                if proc.proc is not None and proc.proc.poll() is not None:
+                    raise
+                assert more(), f"{proc.label}: no batch seen running tasks on an executor before the input ran out"
+                executors = wait_executors(proc)
+        assert running, f"{proc.label}: no batch seen running tasks on an executor in {MID_BATCH_TRIES} tries"
         victim = rng.choice(sorted(set(running) & set(executors)))
-        where = f"{delay:.2f}s into a batch after batch {before}, {running[victim]} task(s) running on it"
+        where = f"while a batch after batch {before} ran, {running[victim]} task(s) running on it"
     else:
-        proc.wait_for("a commit, then the wait for the next trigger",
-                      lambda s: (s["latestCompletedBatch"] or -1) > before and s["statusMessage"] in BETWEEN_MESSAGES,
-                      timeout=WAIT)
+        # a steady state, not a moment: the slice's batch committed (whenever) and the query waits for more
+        proc.wait_for("a committed batch, then the wait for the next trigger",
+                      lambda s: (s["latestCompletedBatch"] or -1) >= 0 and s["statusMessage"] in BETWEEN_MESSAGES
+                      and not s["runningTasks"], timeout=WAIT)
         victim = rng.choice(sorted(executors))
         where = f"between batches, after batch {latest()}"
     os.kill(executors[victim], signal.SIGKILL)
