@@ -22,15 +22,18 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # The API server's audit log records what service accounts do (the operator's
 # and the drivers', running as pods under their own tokens): tests read it to
 # prove the chart's RBAC is minimal. The control plane's own service accounts
-# (kube-system) are left out, and so is every request made with a client cert.
-AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+# (kube-system) are left out, and so is every request made with a client cert,
+# except those of a cert in the group AUDITED_GROUP (a test's own process, e.g.
+# each operator replica of the two-replica tests, under a user of its own).
+AUDITED_GROUP = "streamjob:audited"
+AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: None
   userGroups: ["system:serviceaccounts:kube-system"]
 - level: Metadata
-  userGroups: ["system:serviceaccounts"]
+  userGroups: ["system:serviceaccounts", "{AUDITED_GROUP}"]
 - level: None
 """
 

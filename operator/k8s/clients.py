@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+from urllib3.util.retry import Retry
 
 from streamjob_contract.s3 import S3Config
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, StreamJobSpec
@@ -70,12 +71,73 @@ class DriverReply:
     body: dict[str, Any]
 
 
-def load_api_client() -> client.ApiClient:
-    """In-cluster config when running in a pod, else $KUBECONFIG / ~/.kube/config."""
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+CALL_TIMEOUT_SECONDS = 30.0  # any API call without a timeout of its own: no handler thread waits forever on a partition
+
+
+def load_api_client(fence: Callable[[], None] | None = None,
+                    write_timeout: Callable[[], float | None] = lambda: None) -> client.ApiClient:
+    """In-cluster config when running in a pod, else $KUBECONFIG / ~/.kube/config.
+
+    Every call without a ``_request_timeout`` of its own gets one: ``write_timeout()`` for writes when
+    it is set (under leader election, the Lease margin: a write sent before the deadline ends before a
+    standby may take over), else ``CALL_TIMEOUT_SECONDS``. With ``fence``, every write (POST, PUT, PATCH,
+    DELETE) calls it first, in the transport, right before the request leaves: a replica frozen in the
+    middle of a pass and thawed past its Lease deadline steps down at its next write, whichever call
+    of the pass that is."""
     if os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"):
         config.load_incluster_config()
-        return client.ApiClient()
-    return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
+        api = client.ApiClient()
+    else:
+        api = config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
+    guard_calls(api, fence, write_timeout)
+    return api
+
+
+def guard_calls(api: client.ApiClient, fence: Callable[[], None] | None,
+                write_timeout: Callable[[], float | None] = lambda: None) -> None:
+    """Puts the fence and the default timeouts of ``load_api_client`` into ``api``'s transport.
+
+    The fence runs right before urllib3 sends a write, and again before each of urllib3's retries of it
+    (``FencedRetry``): a write retried after a reset connection is a write sent later."""
+    rest = api.rest_client
+    send, pool_send = rest.request, rest.pool_manager.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("_request_timeout") is None:
+            write = method.upper() in WRITE_METHODS
+            kwargs["_request_timeout"] = (write_timeout() if write else None) or CALL_TIMEOUT_SECONDS
+        return send(method, url, *args, **kwargs)
+
+    def pool_request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if fence is not None and method.upper() in WRITE_METHODS:
+            fence()
+            kwargs["retries"] = FencedRetry(total=Retry.DEFAULT.total, fence=fence)
+        return pool_send(method, url, *args, **kwargs)
+
+    rest.request = request
+    rest.pool_manager.request = pool_request
+
+
+class FencedRetry(Retry):
+    """urllib3's retries (the default count), with the fence before each retry is sent."""
+
+    def __init__(self, *args: Any, fence: Callable[[], None] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fence = fence
+
+    def new(self, **kw: Any) -> FencedRetry:
+        made = super().new(**kw)
+        made.fence = self.fence
+        return made
+
+    def increment(self, method: str | None = None, url: str | None = None, response: Any = None,
+                  error: Exception | None = None, _pool: Any = None, _stacktrace: Any = None) -> FencedRetry:
+        if self.fence is not None:
+            self.fence()
+        made = super().increment(method, url, response, error, _pool, _stacktrace)
+        assert isinstance(made, FencedRetry)  # new() keeps the class
+        return made
 
 
 def decode(response: Any) -> Any:
@@ -92,6 +154,7 @@ class Clients:
     _s3_down: dict[str, float] = field(default_factory=dict, repr=False)  # endpoint -> monotonic time it may be called again
     _s3_guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
     cache: ReadCache = field(default_factory=ReadCache, repr=False)
+    fence: Callable[[], None] = field(default=lambda: None, repr=False)  # before every POST to a driver (as in the API client)
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -162,6 +225,8 @@ class Clients:
             method=method,
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
+        if method != "GET":
+            self.fence()
         try:
             with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_SECONDS) as response:
                 return DriverReply(response.status, json.loads(response.read() or b"{}"))

@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import threading
+import uuid
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -24,6 +25,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from testbed import TestBed
+from testbed.control_plane import AUDITED_GROUP
+from testbed.pki import CertPair, client_cert
 from testbed.proc import free_port
 from testbed.waiting import wait_for
 
@@ -34,7 +37,8 @@ class Replica(Operator):
 
     def __init__(self, testbed: TestBed, tmp_path: Path, lease: str, name: str) -> None:
         self.port = free_port()
-        self.partition = Partition(testbed, tmp_path, name)
+        self.user = f"streamjob-replica-{name}-{uuid.uuid4().hex[:6]}"  # the API server's audit log names it
+        self.partition = Partition(testbed, tmp_path, name, self.user)
         super().__init__(testbed, tmp_path / f"operator-{name}.log", lease,
                          ["--liveness", f"http://127.0.0.1:{self.port}/healthz"],
                          self.partition.kubeconfig)
@@ -171,7 +175,7 @@ class HealthWatch:
 class Partition:
     """A TCP proxy on 127.0.0.1 to the API server; ``cut`` drops every byte both ways and keeps connections open."""
 
-    def __init__(self, testbed: TestBed, tmp_path: Path, name: str) -> None:
+    def __init__(self, testbed: TestBed, tmp_path: Path, name: str, user: str) -> None:
         self.upstream = ("127.0.0.1", testbed.apiserver_port)
         self.cut_off = False
         self.loop = asyncio.new_event_loop()
@@ -183,6 +187,12 @@ class Partition:
         config = yaml.safe_load(testbed.kubeconfig.read_text())
         for cluster in config["clusters"]:  # the API server's certificate names 127.0.0.1: TLS passes through unchanged
             cluster["cluster"]["server"] = f"https://127.0.0.1:{self.port}"
+        # a cert of the replica's own: an administrator, and in the group whose every request is audited
+        pki_dir = testbed.ca_file.parent
+        cert = client_cert(tmp_path, CertPair(pki_dir / "ca.crt", pki_dir / "ca.key"), f"client-{name}", user,
+                           ("system:masters", AUDITED_GROUP))
+        for entry in config["users"]:
+            entry["user"] = {"client-certificate": str(cert.cert), "client-key": str(cert.key)}
         self.kubeconfig = tmp_path / f"kubeconfig-through-proxy-{name}"
         self.kubeconfig.write_text(yaml.safe_dump(config))
 
