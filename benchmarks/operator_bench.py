@@ -21,6 +21,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,16 @@ def main() -> int:
     parser.add_argument("--report", type=Path, default=REPO / "docs" / "benchmarks" / "operator.md")
     args = parser.parse_args()
 
+    with bench_operator() as (bed, core, custom, s3):
+        results = run(bed, core, custom, s3, args.rounds)
+    write_report(args.report, results)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+@contextmanager
+def bench_operator() -> Iterator[tuple[TestBed, client.CoreV1Api, client.CustomObjectsApi, Any]]:
+    """A test bed with the CRDs, namespace NS with the S3 Secret "s3", and the operator running from this checkout."""
     with TestBed() as bed:
         assert bed.s3 is not None
         api = bed.api_client()
@@ -84,17 +96,14 @@ def main() -> int:
         env = {**os.environ, "KUBECONFIG": str(bed.kubeconfig)}
         env.pop("PYTHONPATH", None)
         log = open(bed.run_dir / "operator.log", "ab")
-        operator = subprocess.Popen([str(Path(sys.executable).with_name("streamjob-operator")), 
+        operator = subprocess.Popen([str(Path(sys.executable).with_name("streamjob-operator")),
                                      "--lease-namespace", "default"], env=env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         try:
-            results = run(bed, core, custom, s3, args.rounds)
+            yield bed, core, custom, s3
         finally:
             os.killpg(operator.pid, signal.SIGTERM)
             operator.wait(30)
-    write_report(args.report, results)
-    print(json.dumps(results, indent=2))
-    return 0
 
 
 def status(custom: client.CustomObjectsApi, name: str) -> dict[str, Any]:
@@ -107,9 +116,10 @@ def pod_created(core: client.CoreV1Api, pod: str) -> float:
     return float(found.metadata.creation_timestamp.timestamp())
 
 
-def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s3: Any, rounds: int) -> dict[str, Any]:
+def bench_spec(bed: TestBed, **over: Any) -> dict[str, Any]:
+    """The benchmarked job: a rate source at 10 rows/s copied to json files, 1 s trigger, Spark local mode."""
     assert bed.s3 is not None
-    spec = {
+    spec: dict[str, Any] = {
         "image": IMAGE, "statePartitions": 2,
         "checkpoint": {"location": "s3a://streamjob/bench/checkpoint", "triggerInterval": "1 second"},
         "savepoint": {"location": "s3://streamjob/bench-savepoints"},
@@ -120,6 +130,13 @@ def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s
                              "transforms": [{"name": "o", "sql": "SELECT value FROM t"}],
                              "sink": {"kind": "files", "format": "json", "path": "s3a://streamjob/bench/output"}}},
     }
+    spec.update(over)
+    return spec
+
+
+def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s3: Any, rounds: int) -> dict[str, Any]:
+    assert bed.s3 is not None
+    spec = bench_spec(bed)
     custom.create_namespaced_custom_object("streamjob.io", "v1alpha1", NS, "streamjobs",
                                            {"apiVersion": "streamjob.io/v1alpha1", "kind": "StreamJob",
                                             "metadata": {"name": "b"}, "spec": spec})

@@ -202,6 +202,14 @@ class RestartPolicy(Model):
                               description="FailureRate: failures allowed within the interval; one more exhausts the policy.")
     failure_rate_interval_seconds: int = Field(default=600, alias="failureRateIntervalSeconds", ge=1, le=86400,
                                                description="FailureRate: the sliding window failures are counted in.")
+    driver_unreachable_seconds: int = Field(
+        default=30, alias="driverUnreachableSeconds", ge=0, le=3600,
+        description="A ready driver whose control endpoint has not answered for this long (its node lost, frozen or cut "
+        "off) is deleted with grace 0 and replaced from the latest checkpoint, counted as a failure; a driver that is "
+        "still alive somewhere is fenced by the checkpoint's epoch. Also the tolerationSeconds of the driver pod's "
+        "not-ready and unreachable taints (the node controller's eviction). 0 turns both off (Kubernetes' 300 s "
+        "default tolerations, then the grace period, apply).",
+    )
     reset_after_seconds: int = Field(
         default=600, alias="resetAfterSeconds", ge=0, le=86400,
         description="FixedDelay and ExponentialBackoff: restartCount (and so the backoff) is reset once a restarted driver "

@@ -344,7 +344,25 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
     }
     # the user's pod template (spec.podTemplate, driver.podTemplate) merged in, restricted defaults under it
     template = pods.role_template(spec.pod_template, spec.driver.pod_template)
-    return pods.driver_pod(template, own, _pull_secrets(spec))
+    pod = pods.driver_pod(template, own, _pull_secrets(spec))
+    pod["spec"]["tolerations"] = node_loss_tolerations(pod["spec"].get("tolerations") or [],
+                                                       spec.restart_policy.driver_unreachable_seconds)
+    return pod
+
+
+NODE_LOSS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def node_loss_tolerations(tolerations: list[Manifest], seconds: int) -> list[Manifest]:
+    """The driver leaves a lost node after ``seconds`` (spec.restartPolicy.driverUnreachableSeconds), not the 300 s
+    Kubernetes adds by default: a replaced driver is fenced, so the replacement need not wait. A template's own
+    toleration of either taint (or of every taint) wins; 0 leaves both to Kubernetes' defaults."""
+    if seconds <= 0 or any(not t.get("key") and t.get("operator") == "Exists" and t.get("effect") in (None, "", "NoExecute")
+                           for t in tolerations):  # the template tolerates every taint: Kubernetes takes the shortest time
+        return tolerations
+    named = {t.get("key") for t in tolerations}
+    return tolerations + [{"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+                          for key in NODE_LOSS_TAINTS if key not in named]
 
 
 def pretty(manifest: Manifest) -> str:

@@ -39,6 +39,7 @@ class DriverPod:
     deletion_deadline: datetime | None = None  # metadata.deletionTimestamp: when the pod should be gone
     savepoint_path: str | None = None  # the savepoint the runtime reported in its termination message
     savepoint_batch: int | None = None
+    evicted_from_lost_node: bool = False  # the node controller's taint eviction (DisruptionTarget: DeletionByTaintManager)
 
     @property
     def terminated(self) -> bool:

@@ -125,6 +125,8 @@ def driver_pod(pod: dict[str, Any]) -> DriverPod:
         deletion_deadline=parse_time(meta.get("deletionTimestamp")),
         savepoint_path=savepoint[0],
         savepoint_batch=savepoint[1],
+        evicted_from_lost_node=any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+                                   and c.get("reason") == "DeletionByTaintManager" for c in status.get("conditions") or []),
     )
 
 

@@ -140,3 +140,17 @@ def test_an_unanswering_upgraded_driver_awaiting_readiness_has_its_checkpoint_re
     assert seen.job is not None and not seen.job.reachable
     # awaiting readiness: the checkpoint says what /status could not; while deploying, nothing is compared yet
     assert seen.checkpoint_batch == (50 if phase == "AwaitingReady" else None)
+
+
+def test_a_driver_evicted_by_the_node_controller_is_told_from_one_deleted_by_a_user() -> None:
+    """The taint eviction's condition as the API server records it (DisruptionTarget, DeletionByTaintManager)."""
+    base = {"metadata": {"name": "d", "deletionTimestamp": "2025-03-01T12:00:30Z"}, "status": {"phase": "Running"}}
+    evicted = {**base, "status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "False"},
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
+         "message": "Taint manager: deleting due to NoExecute taint"}]}}
+    preempted = {**base, "status": {"phase": "Running", "conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]}}
+    assert driver_pod(evicted).evicted_from_lost_node and driver_pod(evicted).deleting
+    assert not driver_pod(preempted).evicted_from_lost_node
+    assert not driver_pod(base).evicted_from_lost_node

@@ -37,6 +37,10 @@ COMMON = {
 }
 
 
+NODE_LOSS_30 = [{"key": f"node.kubernetes.io/{taint}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+                for taint in ("not-ready", "unreachable")]
+
+
 def spec(**extra: Any) -> Any:
     return parse_spec({
         "image": "ghcr.io/streamjob/streamjob-runtime:0.1.0",
@@ -77,7 +81,8 @@ def test_the_template_is_kept_and_the_operator_wins_where_it_must() -> None:
     assert meta["labels"]["team"] == "payments" and meta["labels"]["streamjob.io/job"] == "wc"  # ours win
     assert meta["annotations"]["example.com/owner"] == "payments" and meta["annotations"]["streamjob.io/spec-hash"]
     assert meta["annotations"][pods.DEFAULT_CONTAINER_ANNOTATION] == "driver"
-    assert body["nodeSelector"] == {"pool": "streaming"} and body["tolerations"] == COMMON["spec"]["tolerations"]
+    assert body["nodeSelector"] == {"pool": "streaming"}
+    assert body["tolerations"] == COMMON["spec"]["tolerations"] + NODE_LOSS_30  # ours for a lost node after the template's
     assert body["affinity"] == COMMON["spec"]["affinity"]
     assert body["restartPolicy"] == "Never" and body["serviceAccountName"] == "wc-driver"
     assert body["imagePullSecrets"] == [{"name": "registry"}, {"name": "mirror"}]
@@ -125,7 +130,7 @@ def test_role_templates_merge_over_the_common_one() -> None:
     pod = driver(s)
     assert pod["metadata"]["labels"]["team"] == "drivers"
     assert pod["spec"]["nodeSelector"] == {"pool": "on-demand"}  # maps merge key by key, the role's winning
-    assert pod["spec"]["tolerations"] == [{"key": "driver-only", "operator": "Exists"}]  # unnamed lists: replaced
+    assert pod["spec"]["tolerations"] == [{"key": "driver-only", "operator": "Exists"}] + NODE_LOSS_30  # unnamed lists: replaced
     main = pod["spec"]["containers"][0]
     assert main["volumeMounts"][-1] == {"name": "scratch", "mountPath": "/scratch", "readOnly": True}  # named: merged
     assert main["securityContext"] == {**pods.CONTAINER_SECURITY_DEFAULTS, "readOnlyRootFilesystem": True}
@@ -155,3 +160,16 @@ def test_changing_a_template_or_the_pull_secrets_redeploys() -> None:
     new = json.loads(spec_json(spec(podTemplate={"spec": {"nodeSelector": {"pool": "b"}}})))
     assert classify(old, new) == ChangeKind.savepoint_redeploy
     assert classify(old, {**old, "imagePullSecrets": [{"name": "other"}]}) == ChangeKind.savepoint_redeploy
+
+
+def test_a_driver_leaves_a_lost_node_after_driver_unreachable_seconds_unless_the_template_says_otherwise() -> None:
+    assert driver(spec())["spec"]["tolerations"] == NODE_LOSS_30
+    assert driver(spec(restartPolicy={"driverUnreachableSeconds": 45}))["spec"]["tolerations"] == [
+        {**t, "tolerationSeconds": 45} for t in NODE_LOSS_30]
+    assert "tolerations" not in driver(spec(restartPolicy={"driverUnreachableSeconds": 0}))["spec"] or \
+        driver(spec(restartPolicy={"driverUnreachableSeconds": 0}))["spec"]["tolerations"] == []  # Kubernetes' 300 s
+    own = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 600}
+    tolerations = driver(spec(podTemplate={"spec": {"tolerations": [own]}}))["spec"]["tolerations"]
+    assert tolerations == [own, NODE_LOSS_30[0]]  # the template's toleration of a taint wins
+    every = {"operator": "Exists"}  # tolerates every taint, for ever: Kubernetes would take our shorter time
+    assert driver(spec(podTemplate={"spec": {"tolerations": [every]}}))["spec"]["tolerations"] == [every]

@@ -12,7 +12,7 @@ from streamjob_operator.api.spec import UpgradeMode
 from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator.api.status import MAX_FAILURE_TIMES, OpKind, Operation, Phase
 
-from ..model import DriverPod
+from ..model import DeleteDriver, DriverPod
 from ..policy import describe_policy, fmt_time, parse_time, restart_delay
 from . import rollout
 from .context import Pass, Steps, clip
@@ -39,6 +39,32 @@ def driver_exited(p: Pass, pod: DriverPod) -> None:
         return
     count_failure(p, pod.name, f"failed (exit {code}){detail}", error=pod.message or f"exit code {code}",
                   why=f"driver failed (exit {code})")
+
+
+def driver_unreachable(p: Pass, pod: DriverPod) -> bool:
+    """A ready driver whose control endpoint stopped answering ``restartPolicy.driverUnreachableSeconds`` ago
+    (its node lost, frozen or cut off): deleted with grace 0 and replaced, counted as a failure. True when so.
+
+    Only a driver that answered since it was created counts (before that, readiness and its timeout govern),
+    and only after this pass could not reach it either. The old driver may still run where the operator cannot
+    see it: its replacement takes the next epoch of the checkpoint, which fences it (exit FENCED at its next
+    commit), and the kubelet, if it comes back, ends it because its pod is gone."""
+    limit = p.spec.restart_policy.driver_unreachable_seconds
+    if limit <= 0 or p.obs.job is None or p.obs.job.reachable or p.running_driver() is not pod:
+        return False
+    seen = parse_time(p.st.job.observed_at) if p.st.job is not None else None
+    deployed = parse_time(p.st.deployed_at)
+    if seen is None or (deployed is not None and seen < deployed):
+        return False
+    silent = (p.now - seen).total_seconds()
+    if silent < limit:
+        p.again(min(5.0, limit - silent))
+        return False
+    p.actions.append(DeleteDriver(pod.name, grace_seconds=0))
+    count_failure(p, pod.name, f"has not answered its control endpoint for {silent:.0f}s (spec.restartPolicy."
+                  f"driverUnreachableSeconds={limit}; its node is probably lost or cut off): deleted it with grace 0",
+                  error=f"driver unreachable for {silent:.0f}s", reason="DriverUnreachable", why="driver unreachable")
+    return True
 
 
 def count_failure(p: Pass, pod: str, what: str, error: str | None = None, reason: str = "DriverFailed", why: str | None = None) -> None:

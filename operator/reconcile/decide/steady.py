@@ -63,6 +63,8 @@ def running(p: Pass) -> None:
         force_stuck(p, [cur])
         p.again(1)
         return
+    if restart.driver_unreachable(p, cur):
+        return
     if p.job_ready():
         if p.st.restart_count and stable_since_deploy(p):
             p.update(restart_count=0)

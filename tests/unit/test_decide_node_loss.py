@@ -1,0 +1,90 @@
+"""Truth table of reconcile.decide for a lost node (issue 27): a driver that stops answering, a driver evicted.
+
+A ready driver whose control endpoint has not answered for
+spec.restartPolicy.driverUnreachableSeconds is deleted with grace 0 and the job
+restarts from its checkpoint, counted as a failure; a driver evicted by the
+node controller is deleted with grace 0 at once instead of a minute after its
+grace period. Before, both waited for Kubernetes: 300 s of default toleration,
+the grace period, then 60 s more.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from test_decide import BASE, NOW, READY, Expect, at, check, make_spec, obs, pod, running
+
+from streamjob_contract.lifecycle import LifecycleState
+from streamjob_contract.runtime_status import RuntimeStatus
+from streamjob_operator.api.status import JobMetrics, StreamJobStatus
+from streamjob_operator.reconcile.decide import decide
+from streamjob_operator.reconcile.model import DeleteDriver, JobProgress, Observations
+
+SILENT = JobProgress()  # the endpoint did not answer this pass
+OFF = make_spec(restartPolicy={"driverUnreachableSeconds": 0})
+
+
+def answered(seconds_ago: float, **over: Any) -> StreamJobStatus:
+    """Running and ready; the driver last answered ``seconds_ago``."""
+    metrics = JobMetrics.of(RuntimeStatus.model_validate({"state": "RUNNING", "runId": "r1", "queryId": "q1",
+                                                          "latestCompletedBatch": 41}), observed_at=at(-seconds_ago))
+    return running(job=metrics, **over)
+
+
+CASES = [
+    pytest.param(
+        BASE, answered(31), obs(pod(), job=SILENT),
+        Expect(state=LifecycleState.restarting, op=("restart", "Stopping"), events=["DriverUnreachable"],
+               actions=[DeleteDriver("wc-driver-1", grace_seconds=0)], status={"restart_count": 1}),
+        id="a ready driver silent for longer than driverUnreachableSeconds is deleted with grace 0 and replaced",
+    ),
+    pytest.param(
+        BASE, answered(12), obs(pod(), job=SILENT),
+        Expect(state=LifecycleState.running, op=None, actions=[], events=["JobNotReady"], requeue=5.0),
+        id="a driver silent for less is waited on, and looked at again within 5 s",
+    ),
+    pytest.param(
+        BASE, answered(28), obs(pod(), job=SILENT),
+        Expect(state=LifecycleState.running, op=None, actions=[], events=["JobNotReady"], requeue=2.0),
+        id="the next look is when the limit is reached",
+    ),
+    pytest.param(
+        BASE, answered(600, deployed_at=at(-30)), obs(pod(), job=SILENT),
+        Expect(state=LifecycleState.running, op=None, actions=[], events=["JobNotReady"]),
+        id="a driver that never answered since it was created is left to readiness, whatever the last answer of another",
+    ),
+    pytest.param(
+        OFF, answered(3600), obs(pod(), job=SILENT),
+        Expect(state=LifecycleState.running, op=None, actions=[], events=["JobNotReady"]),
+        id="driverUnreachableSeconds 0 turns it off",
+    ),
+    pytest.param(
+        BASE, answered(3600), obs(pod(), job=None),
+        Expect(state=LifecycleState.running, op=None, actions=[], events=[]),
+        id="a pass that did not poll the driver decides nothing about it",
+    ),
+    pytest.param(
+        BASE, answered(3600), obs(pod(), job=READY),
+        Expect(state=LifecycleState.running, op=None, actions=[]),
+        id="a driver that answers again is kept",
+    ),
+    pytest.param(
+        BASE, running(), obs(pod(deleting=True, evicted_from_lost_node=True, deletion_deadline=NOW + timedelta(seconds=30)),
+                             job=None),
+        Expect(actions=[DeleteDriver("wc-driver-1", grace_seconds=0)], events=["DriverForceDeleted", "JobNotReady"]),
+        id="a driver evicted by the node controller is deleted with grace 0 at once",
+    ),
+    pytest.param(
+        OFF, running(), obs(pod(deleting=True, evicted_from_lost_node=True, deletion_deadline=NOW + timedelta(seconds=30)),
+                            job=None),
+        Expect(actions=[], events=["JobNotReady"]),
+        id="with driverUnreachableSeconds 0 an evicted driver waits out its grace period as before",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "status", "observations", "expect"), CASES)
+def test_decide_node_loss(spec: Any, status: StreamJobStatus, observations: Observations, expect: Expect) -> None:
+    check(decide(spec, status, observations, NOW), expect)
