@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from streamjob_operator import handlers, metrics  # handlers registers the kopf handlers
     from streamjob_operator.health import HealthError, HealthServer
-    from streamjob_operator.k8s.clients import S3Limits, load_api_client
+    from streamjob_operator.k8s.clients import S3Limits, fence_kopf_writes, load_api_client
     from streamjob_operator.k8s.lease import LeaderElector
     from streamjob_operator.k8s.lease_rules import TimingError, Timings
 
@@ -173,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not elector.wait_until_leading():
             return 1
         handlers.SETTINGS.fence = elector.ensure_leading
+        fence_kopf_writes(elector.ensure_leading)
         handlers.SETTINGS.write_timeout = timings.write_timeout()
     metrics.LEADER.set(1)  # losing the Lease ends the process (lease.py): no path back to 0 while serving
     namespaces = args.namespace

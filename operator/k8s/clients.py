@@ -119,6 +119,22 @@ def guard_calls(api: client.ApiClient, fence: Callable[[], None] | None,
     rest.pool_manager.request = pool_request
 
 
+def fence_kopf_writes(fence: Callable[[], None]) -> Callable[[], None]:
+    """kopf's own writes (its finalizer, its annotations, event posts) go through aiohttp, not through ``api``:
+    the same fence runs before each one leaves. Process-wide (kopf makes its sessions itself); returns the undo."""
+    import aiohttp
+
+    send = aiohttp.ClientSession._request
+
+    async def request(self: aiohttp.ClientSession, method: str, str_or_url: Any, **kwargs: Any) -> Any:
+        if method.upper() in WRITE_METHODS:
+            fence()
+        return await send(self, method, str_or_url, **kwargs)
+
+    setattr(aiohttp.ClientSession, "_request", request)
+    return lambda: setattr(aiohttp.ClientSession, "_request", send)
+
+
 class FencedRetry(Retry):
     """urllib3's retries (the default count), with the fence before each retry is sent."""
 

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from kubernetes import client
 
-from streamjob_operator.k8s.clients import guard_calls
+from streamjob_operator.k8s.clients import fence_kopf_writes, guard_calls
 
 
 class Server:
@@ -154,3 +154,34 @@ def test_without_a_fence_a_reset_write_is_retried(server: Server) -> None:
     with pytest.raises(Exception):
         client.CoreV1Api(api).delete_namespaced_config_map("x", "ns")
     assert server.seen == [("DELETE", "/api/v1/namespaces/ns/configmaps/x")] * 4
+
+
+def test_kopf_writes_through_aiohttp_pass_the_same_fence(server: Server) -> None:
+    """kopf patches its finalizer and annotations with aiohttp sessions it makes itself."""
+    import asyncio
+
+    import aiohttp
+
+    leading = {"now": True}
+
+    def fence() -> None:
+        if not leading["now"]:
+            raise Deposed()
+
+    async def calls() -> None:
+        async with aiohttp.ClientSession() as session:
+            async with session.patch(f"{server.url}/apis/streamjob.io/v1alpha1/namespaces/ns/streamjobs/a", json={}):
+                pass
+            leading["now"] = False
+            with pytest.raises(Deposed):
+                await session.patch(f"{server.url}/apis/streamjob.io/v1alpha1/namespaces/ns/streamjobs/b", json={})
+            async with session.get(f"{server.url}/apis/streamjob.io/v1alpha1/namespaces/ns/streamjobs/c"):
+                pass
+
+    undo = fence_kopf_writes(fence)
+    try:
+        asyncio.run(calls())
+    finally:
+        undo()
+    assert server.seen == [("PATCH", "/apis/streamjob.io/v1alpha1/namespaces/ns/streamjobs/a"),
+                           ("GET", "/apis/streamjob.io/v1alpha1/namespaces/ns/streamjobs/c")]
