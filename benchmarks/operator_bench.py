@@ -5,7 +5,9 @@ Run: `python benchmarks/operator_bench.py [--rounds 2] [--report docs/benchmarks
 
 - cold start: driver pod created -> first batch committed (first `commits/N` object in S3);
 - upgrade downtime (savepoint mode): last batch committed by the old driver -> first batch
-  committed by the new one (commit objects' S3 timestamps, both checkpoint locations);
+  committed by the new one past it (by batch id: the restore copies the savepoint's commits;
+  commit objects' S3 timestamps, both checkpoint locations); measured
+  for a cold upgrade and, in the same round, for one through a warm standby (spec.standby);
 - failure reaction: the driver's process killed (SIGKILL) -> replacement pod created
   (seen by a watch), and -> first batch of the replacement.
 Ratios are against the cold start measured in the same run.
@@ -148,21 +150,32 @@ def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s
     st = wait(lambda: (s := status(custom, "b")).get("checkpointLocation") and s.get("driverPod") and s, 60, "deploy")
     created = pod_created(core, st["driverPod"])
     cold = first_commit_after(st["checkpointLocation"], created) - created
-    result: dict[str, Any] = {"cold_start_s": [cold], "upgrade_downtime_s": [], "failure_reaction_s": [], "failure_recovery_s": []}
+    result: dict[str, Any] = {"cold_start_s": [cold], "upgrade_downtime_s": [], "standby_upgrade_downtime_s": [],
+                              "failure_reaction_s": [], "failure_recovery_s": []}
+
+    def upgrade(change: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], float]:
+        """Applies ``change``; (old status, new status, downtime: last commit of the old -> first of the new)."""
+        old = status(custom, "b")
+        custom.patch_namespaced_custom_object("streamjob.io", "v1alpha1", NS, "streamjobs", "b", {"spec": change})
+        new = wait(lambda: (s := status(custom, "b")).get("driverPod") != old["driverPod"] and s.get("ready")
+                   and s.get("operation") is None and s, 600, "upgrade")
+        last_batch, last_old = max(commit_times(s3, old["checkpointLocation"]))
+        # by batch id: the restore copies the savepoint's commits into the new location, they are not new batches
+        first_new = wait(lambda: [t for b, t in commit_times(s3, new["checkpointLocation"]) if b > last_batch], 600,
+                         "the new driver's first batch")
+        return old, new, min(first_new) - last_old
 
     for i in range(rounds):
         wait(lambda: status(custom, "b").get("ready"), 600, "ready")
         time.sleep(5)
-        old = status(custom, "b")
-        custom.patch_namespaced_custom_object("streamjob.io", "v1alpha1", NS, "streamjobs", "b",
-                                              {"spec": {"image": IMAGE.replace("0.1.0", f"0.1.{i + 1}")}})
-        new = wait(lambda: (s := status(custom, "b")).get("driverPod") != old["driverPod"] and s.get("ready")
-                   and s.get("operation") is None and s, 600, "upgrade")
-        last_old = max(t for _, t in commit_times(s3, old["checkpointLocation"]))
-        first_new = first_commit_after(new["checkpointLocation"], pod_created(core, new["driverPod"]))
-        result["upgrade_downtime_s"].append(first_new - last_old)
+        _, new, downtime = upgrade({"image": IMAGE.replace("0.1.0", f"0.1.{i + 1}"), "standby": {"enabled": False}})
+        result["upgrade_downtime_s"].append(downtime)
         fresh = first_commit_after(new["checkpointLocation"], pod_created(core, new["driverPod"])) - pod_created(core, new["driverPod"])
         result["cold_start_s"].append(fresh)  # a restored start, for reference in the same run
+        # the same change through a warm standby: its pod is created before the old driver stops
+        time.sleep(5)
+        _, _, downtime = upgrade({"image": IMAGE.replace("0.1.0", f"0.2.{i + 1}"), "standby": {"enabled": True}})
+        result["standby_upgrade_downtime_s"].append(downtime)
 
         time.sleep(5)
         victim_status = status(custom, "b")
@@ -192,6 +205,7 @@ def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s
 def write_report(path: Path, r: dict[str, Any]) -> None:
     cold = statistics.median(r["cold_start_s"])
     up = statistics.median(r["upgrade_downtime_s"])
+    warm = statistics.median(r["standby_upgrade_downtime_s"])
     react = statistics.median(r["failure_reaction_s"])
     recover = statistics.median(r["failure_recovery_s"])
     text = f"""# Operator benchmark
@@ -204,6 +218,7 @@ test bed's S3 server). Times are medians; raw values below.
 | --- | ---: | ---: |
 | cold start of the driver (pod created -> first batch committed) | {cold:.1f} | 1.00 |
 | upgrade downtime, savepoint mode (last batch of old driver -> first batch of new) | {up:.1f} | {up / cold:.2f} |
+| the same through a warm standby (`spec.standby.enabled`) | {warm:.1f} | {warm / cold:.2f} |
 | failure reaction (driver killed -> replacement pod created) | {react:.2f} | {react / cold:.3f} |
 | failure recovery (driver killed -> first batch of the replacement) | {recover:.1f} | {recover / cold:.2f} |
 
@@ -211,6 +226,8 @@ Raw: `{json.dumps({k: [round(x, 2) for x in v] if isinstance(v, list) else v for
 
 Reading: the upgrade downtime is the stop-with-savepoint, the copy of the checkpoint to the savepoint, the
 old pod's deletion and a cold start of the new driver that restores the savepoint; the cold start dominates.
+Through a warm standby the new driver's pod, JVM and session start while the old one still commits, so its
+downtime is the stop-with-savepoint, the old pod's deletion, the release, the restore and the first batch.
 The failure reaction is the pod watch plus one reconcile pass (restartPolicy delaySeconds 0).
 The cold-start median pools the first (fresh) start with the restored starts after each upgrade (raw
 `cold_start_s`, first value fresh). Failure recovery is counted from the kill to the first commit of a batch

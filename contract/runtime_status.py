@@ -21,6 +21,7 @@ class RunState(str, Enum):
     """Lifecycle of the runtime, as /status and /healthz report it."""
 
     STARTING = "STARTING"
+    STANDBY = "STANDBY"  # --standby: session up, job loaded and checked; waits for POST /release, touching no checkpoint
     RESTORING = "RESTORING"
     RUNNING = "RUNNING"
     SAVEPOINTING = "SAVEPOINTING"  # stop-with-savepoint: query stopped, savepoint being written

@@ -78,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the latest batch the operator saw committed (status.lastCheckpoint.batchId): a checkpoint whose latest "
         "committed batch is behind it (wiped, another location) is refused with exit 15 instead of starting fresh",
     )
+    run.add_argument(
+        "--standby", action="store_true",
+        help="warm standby: start the Spark session and check the job, report STANDBY on /status, and wait for "
+        "POST /release {\"restoreFrom\": savepoint} before claiming the checkpoint, taking the epoch and starting "
+        "the query (restoring that savepoint); nothing of the checkpoint, sources or outputs is touched before",
+    )
     run.add_argument("--savepoint-location", help="prefix for savepoints requested without a path (s3://...)")
     run.add_argument(
         "--savepoint-timeout-seconds", type=float,
@@ -129,6 +135,7 @@ def settings_from_args(args: argparse.Namespace, job_hash: str) -> RuntimeSettin
             expect_committed=args.expect_committed,
             savepoint_timeout_seconds=args.savepoint_timeout_seconds,
             hygiene_interval_seconds=args.hygiene_interval_seconds,
+            standby=args.standby,
         )
     )
 

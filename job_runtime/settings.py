@@ -51,6 +51,7 @@ class RuntimeSettings:
     expect_committed: int | None = None  # the operator's status.lastCheckpoint.batchId; a checkpoint behind it is refused
     savepoint_timeout_seconds: float | None = None  # abandoned savepoint directories older than this are pruned
     hygiene_interval_seconds: float = 300.0  # between two storage hygiene passes (job_runtime.checkpoints.janitor)
+    standby: bool = False  # warm standby: wait for POST /release before touching the checkpoint (job_runtime.run.runner)
 
     @property
     def available_now(self) -> bool:
@@ -87,6 +88,10 @@ def validate(settings: RuntimeSettings) -> RuntimeSettings:
         raise SettingsError(f"--savepoint-timeout-seconds: must be > 0, got {settings.savepoint_timeout_seconds:g}")
     if not settings.hygiene_interval_seconds > 0:
         raise SettingsError(f"--hygiene-interval-seconds: must be > 0, got {settings.hygiene_interval_seconds:g}")
+    if settings.standby and not settings.control_address:
+        raise SettingsError("--standby: needs the control endpoint (--control-address): the release comes through it")
+    if settings.standby and settings.restore_from is not None:
+        raise SettingsError("--standby: the savepoint to restore comes with the release; drop --restore-from")
     if settings.control_address and settings.token_file is None:
         raise SettingsError("--token-file: required when the control endpoint is on (--control-address)")
     uses_s3 = any(

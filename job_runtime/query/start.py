@@ -75,6 +75,22 @@ def query_name(settings: RuntimeSettings) -> str:
     return f"{settings.namespace}_{settings.name}".replace("-", "_")
 
 
+def check_job(spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings) -> None:
+    """A warm standby's check before it reports STANDBY: what can be built without starting the query.
+
+    A pipeline's sources, transforms and sink writer are built and analysed (no source is read, no sink
+    written, no checkpoint touched); an entrypoint is imported, not called, because calling it may start
+    the query. Raises JobDefinitionError naming the field, as a start would."""
+    if job.pipeline is not None:
+        context = make_context(spark, job, settings)
+        try:
+            build_pipeline(spark, job.pipeline, identity=context.sink_identity())
+        except _analysis_errors() as err:
+            raise JobDefinitionError(f"job.pipeline: the query cannot start: {_first_line(err)}") from None
+        return
+    load_entrypoint(job)
+
+
 def start_query(
     spark: "SparkSession", job: JobDefinition, settings: RuntimeSettings, once: bool = False,
     fence: "Fence | None" = None, restored: bool = False,

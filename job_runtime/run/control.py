@@ -21,6 +21,11 @@ constant time; anything else gets 401):
     GET  /savepoints/<id>       200 {"id", "state": IN_PROGRESS|COMPLETED|FAILED,
                                      "path", "batchId", "stop", "error"}; 404 unknown id
     POST /stop                  202 {"state": "STOPPING"}: stop without savepoint, exit 11
+    POST /release               body {"restoreFrom": str}: a standby (--standby, state STANDBY) restores that
+                                savepoint, claims the checkpoint, takes the epoch and starts the query;
+                                202 {"state", "restoreFrom"}; asking again with the same savepoint answers
+                                the same (a retried release does nothing twice); 409 when the driver is not a
+                                standby, not ready yet, or was released with another savepoint
 
 The confinement rule is job_runtime.savepoints.target's; the writer refuses a
 target holding anything but an incomplete savepoint of ours (job_runtime.savepoints).
@@ -70,6 +75,8 @@ class Controller(Protocol):
     def savepoints(self) -> list[dict[str, Any]]: ...
 
     def request_stop(self) -> dict[str, Any]: ...
+
+    def release(self, restore_from: str) -> dict[str, Any]: ...
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -177,6 +184,11 @@ class _Handler(BoundedHandler):
                 self._send(HTTPStatus.OK, found)
             elif method == "POST" and path == "/stop":
                 self._send(HTTPStatus.ACCEPTED, controller.request_stop())
+            elif method == "POST" and path == "/release":
+                restore_from = self._body().get("restoreFrom")
+                if not isinstance(restore_from, str) or not restore_from:
+                    raise ControlError(HTTPStatus.BAD_REQUEST, "body.restoreFrom: must be the savepoint to restore")
+                self._send(HTTPStatus.ACCEPTED, controller.release(restore_from))
             else:
                 raise ControlError(HTTPStatus.NOT_FOUND, f"no route {method} {path}")
         except TimeoutError:

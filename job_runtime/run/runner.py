@@ -1,20 +1,18 @@
 """The runtime's life in the driver: restore, start, watch, savepoint, stop, and the exit code.
 
-Called by job_runtime.main (`run`). The Runner owns the StreamingQuery: only
-its main thread starts and stops it. The control endpoint's threads and the
-SIGTERM handler talk to it through a command queue; a savepoint taken while
-running is written from a worker thread, because the query keeps going.
+Called by job_runtime.main (`run`). The Runner owns the StreamingQuery: only its main thread starts and
+stops it. The control endpoint's threads and the SIGTERM handler talk to it through a command queue; a
+savepoint taken while running is written from a worker thread, because the query keeps going.
 
 Before the query starts: the checkpoint claimed, this driver's epoch taken, the checkpoint repaired,
 restored or its pin checked, held against --expect-committed (job_runtime.run.startup). The main loop
 checks the epoch (job_runtime.checkpoints.epoch); a replaced driver stops its query and exits FENCED.
 
---allow-non-restored-state: when the query fails planning its first batch
-because the checkpoint holds state of stateful operators it no longer has,
-that state is dropped and the query started once more (job_runtime.checkpoints.nonrestored);
-operator changes Spark cannot map exit RESTORE_REFUSED.
+--allow-non-restored-state: when the query fails planning its first batch because the checkpoint holds
+state of stateful operators it no longer has, that state is dropped and the query started once more
+(job_runtime.checkpoints.nonrestored); operator changes Spark cannot map exit RESTORE_REFUSED.
 
-Stop-with-savepoint and savepoints taken while running: job_runtime.run.savepoint_requests.
+Stop-with-savepoint and savepoints while running: job_runtime.run.savepoint_requests; --standby: job_runtime.run.standby.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from job_runtime.kafka.offsets_watch import OffsetsWatch, kafka_offsets_deadline
 from job_runtime.query import pipeline, start
 from job_runtime.query.errors import describe, interrupted_by_stop
 from job_runtime.query.progress import LateRowsTotal, progress_fields
-from job_runtime.run import startup
+from job_runtime.run import standby, startup
 from job_runtime.run.savepoint_requests import Command, SavepointCommand, SavepointOps, SavepointRecord, StopCommand
 from job_runtime.run.startup import CheckpointBehind, RestoreRefused
 from job_runtime.settings import RuntimeSettings
@@ -54,7 +52,7 @@ STATUS_CACHE_SECONDS = 2.0
 WORKER_JOIN_SECONDS = 300.0
 
 
-class Runner(SavepointOps):
+class Runner(SavepointOps, standby.StandbyOps):
     """Implements job_runtime.run.control.Controller; `run()` returns the exit code."""
 
     def __init__(self, settings: RuntimeSettings, job: JobDefinition, s3_config: S3Config) -> None:
@@ -192,6 +190,8 @@ class Runner(SavepointOps):
             self._join_worker()
 
     def _run(self) -> ExitCode:
+        if self.settings.standby and not self._released_standby():
+            return self._stopped()
         # Everything that can refuse the run without a JVM goes first: a refusal is then quick.
         startup.claim_checkpoint(self.settings, self.s3_config)
         self._fence = startup.take_epoch(self.settings, self.s3_config)  # before anything repairs or plans
@@ -203,7 +203,7 @@ class Runner(SavepointOps):
             startup.check_savepoint(self.settings, self.s3_config)
         else:
             startup.check_pin(self.settings, self.s3_config)
-        self._spark = self._build_session()
+        self._spark = self._spark or self._build_session()  # a released standby's is built
         if self._stop_reason:
             return self._stopped()
         if restore:

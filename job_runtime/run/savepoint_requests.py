@@ -84,7 +84,14 @@ class SavepointCommand:
     record: SavepointRecord
 
 
-Command = StopCommand | SavepointCommand
+@dataclass(frozen=True)
+class ReleaseCommand:
+    """A standby's release (POST /release): restore this savepoint, take the checkpoint, start the query."""
+
+    restore_from: str
+
+
+Command = StopCommand | SavepointCommand | ReleaseCommand
 
 
 class SavepointOps:

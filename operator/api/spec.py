@@ -225,6 +225,21 @@ class RollbackSpec(Model):
     )
 
 
+class StandbySpec(Model):
+    enabled: bool = Field(
+        default=False,
+        description="Warm-standby upgrades (upgradeMode savepoint): the new driver starts (pod, JVM, Spark session, "
+        "executors, the job checked) while the old one runs, touching no checkpoint, source or output; only when it "
+        "is ready is the old one stopped with a savepoint, which the standby restores. A standby that never becomes "
+        "ready (image cannot be pulled, crash at start, plan error) is deleted and the change is not applied: the "
+        "old driver keeps running. Costs a second driver and its executors for the standby's lifetime.",
+    )
+    ready_timeout_seconds: int = Field(
+        default=300, alias="readyTimeoutSeconds", ge=10, le=86400,
+        description="How long the standby has to report ready before it is deleted and the change is not applied.",
+    )
+
+
 class DeletionSpec(Model):
     savepoint_on_delete: bool = Field(default=False, alias="savepointOnDelete", description="Take a final savepoint before deleting the job.")
     timeout_seconds: int = Field(
@@ -316,6 +331,10 @@ class StreamJobSpec(Model):
     state: DesiredState = Field(default=DesiredState.running, description="Desired state: running or suspended (stopped with a savepoint).")
     restart_policy: RestartPolicy = Field(default_factory=RestartPolicy, alias="restartPolicy", description="What to do when the driver fails.")
     rollback: RollbackSpec = Field(default_factory=RollbackSpec, description="Automatic rollback of upgrades that do not become ready.")
+    standby: StandbySpec = Field(
+        default_factory=StandbySpec,
+        description="Warm-standby upgrades: start the new driver before stopping the old one (off by default).",
+    )
     deletion: DeletionSpec = Field(default_factory=DeletionSpec, description="What happens on delete.")
     initial_savepoint_path: str | None = Field(
         default=None, alias="initialSavepointPath", max_length=1024,

@@ -76,10 +76,12 @@ _PROGRESS_REASON = {
 class Phase(StrEnum):
     """Where the operation in progress is (status.operation.phase); an operation passes through some of these in this order."""
 
+    standby = "Standby"  # a warm standby of the target spec starts while the old driver runs (decide.standby)
     savepointing = "Savepointing"
     stopping = "Stopping"
     waiting = "Waiting"
     deploying = "Deploying"
+    releasing = "Releasing"  # the standby was told to restore the savepoint and start (decide.standby)
     awaiting_ready = "AwaitingReady"
     done = "Done"  # deletion finished; kopf removes the finalizer
 
@@ -182,6 +184,11 @@ class Operation(Model):
         default=None, alias="expectCommitted",
         description="When the next driver resumes the current checkpoint: the batch it must find committed "
         "(status.lastCheckpoint.batchId); a checkpoint behind it is refused (CheckpointBehind).",
+    )
+    standby_pod: str | None = Field(
+        default=None, alias="standbyPod",
+        description="The warm standby of the target spec (spec.standby): started before the old driver is stopped, "
+        "released with the savepoint once it is; deleted when the operation ends without releasing it.",
     )
     target_spec: str | None = Field(
         default=None, alias="targetSpec",

@@ -32,6 +32,7 @@ from streamjob_operator.reconcile.model import (
     DeleteSavepoint,
     EnsureSupportObjects,
     Event,
+    ReleaseStandby,
     TriggerSavepoint,
 )
 
@@ -57,6 +58,8 @@ def describe_action(action: Action) -> str:
         return f"asking driver {action.pod} for a savepoint at {action.path}"
     if isinstance(action, DeleteSavepoint):
         return f"pruning savepoint {action.path}"
+    if isinstance(action, ReleaseStandby):
+        return f"releasing standby driver {action.pod} to restore {action.restore_from}"
     if isinstance(action, EnsureSupportObjects):
         return "creating the driver's token Secret, Service and service account"
     return "deleting the job's objects"
@@ -148,6 +151,8 @@ class Actor:
             self.delete_driver(owner, action)
         elif isinstance(action, TriggerSavepoint):
             return self.trigger_savepoint(owner, action, pod_ips.get(action.pod))
+        elif isinstance(action, ReleaseStandby):
+            self.release_standby(owner, action, pod_ips.get(action.pod))
         elif isinstance(action, DeleteSavepoint):
             self.delete_savepoint(owner, spec, action)
         elif isinstance(action, DeleteOwnedObjects):
@@ -169,11 +174,13 @@ class Actor:
     def create_driver(self, owner: Owner, action: CreateDriver) -> None:
         core, ns = self.clients.core, owner.namespace
         spec = StreamJobSpec.model_validate(json.loads(action.spec_json))
-        # ConfigMaps of earlier epochs: no driver that could read them is left (decide guarantees it)
+        # ConfigMaps of earlier epochs: no driver that could read them is left (decide guarantees it), but the
+        # running driver's while a standby starts (keep_epoch)
+        keep = {str(action.epoch)} | ({str(action.keep_epoch)} if action.keep_epoch is not None else set())
         stale = decode(core.list_namespaced_config_map(ns, label_selector=f"{names.LABEL_JOB}={owner.name},{names.LABEL_EPOCH}",
                                                        _preload_content=False))["items"]
         for cm in stale:
-            if cm["metadata"]["labels"].get(names.LABEL_EPOCH) != str(action.epoch):
+            if cm["metadata"]["labels"].get(names.LABEL_EPOCH) not in keep:
                 _gone_ok(lambda: core.delete_namespaced_config_map(cm["metadata"]["name"], ns))
         _exists_ok(lambda: core.create_namespaced_config_map(ns, resources.job_config_map(owner, spec, action.epoch)))
         pod = resources.driver_pod(owner, spec, action, self.clients.layout)
@@ -212,6 +219,20 @@ class Actor:
                     return _renamed(action, str(sp.get("id")))
         raise ActionFailed(f"driver {action.pod} refused the savepoint: HTTP {reply.status} {reply.body.get('error', '')}",
                            "SavepointRefused")
+
+    def release_standby(self, owner: Owner, action: ReleaseStandby, pod_ip: str | None) -> None:
+        if not pod_ip:
+            raise ActionFailed(f"standby driver {action.pod} has no IP", "DriverUnreachable")
+        try:
+            reply = self.clients.driver_call(pod_ip, owner.namespace, owner.name, "POST", "/release",
+                                             {"restoreFrom": action.restore_from})
+        except DriverUnreachable as err:
+            raise ActionFailed(f"could not release standby driver {action.pod}: {err}", "DriverUnreachable") from None
+        if reply.status != 202:
+            raise ActionFailed(f"standby driver {action.pod} refused the release: HTTP {reply.status} "
+                               f"{reply.body.get('error', '')}", "ReleaseRefused")
+        log.info("Released standby streamjob=%s/%s pod=%s restoreFrom=%s state=%s",
+                 owner.namespace, owner.name, action.pod, action.restore_from, reply.body.get("state"))
 
     def delete_savepoint(self, owner: Owner, spec: StreamJobSpec, action: DeleteSavepoint) -> None:
         from streamjob_contract.savepoints import delete_savepoint

@@ -239,6 +239,8 @@ def runtime_args(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout
         "--termination-message-file", "/dev/termination-log",
         "--owner-uid", owner.uid,  # the runtime claims the checkpoint for this job and refuses another's
     ]
+    if action.standby:
+        args.append("--standby")  # the savepoint to restore comes with the release (POST /release)
     if action.restore_from:
         args += ["--restore-from", action.restore_from]
     if action.expect_committed is not None:

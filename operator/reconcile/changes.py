@@ -44,6 +44,7 @@ CHANGE_TABLE: dict[str, ChangeKind] = {
     "upgradeMode": ChangeKind.ignore,
     "restartPolicy": ChangeKind.ignore,
     "rollback": ChangeKind.ignore,
+    "standby": ChangeKind.ignore,  # read when the next upgrade starts
     "deletion": ChangeKind.ignore,
     "initialSavepointPath": ChangeKind.ignore,  # first deploy only
     "allowNonRestoredState": ChangeKind.ignore,  # read at the next restore

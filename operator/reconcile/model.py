@@ -110,6 +110,7 @@ class Observations:
     drivers: tuple[DriverPod, ...] = ()
     job: JobProgress | None = None
     savepoint: SavepointProgress | None = None
+    standby: JobProgress | None = None  # the warm standby's /status (status.operation.standbyPod), while it starts
     savepoint_unknown: bool = False  # the driver answered that it has no request status.operation.triggerId
     manifest: SavepointManifest | None = None  # at status.operation.savepointPath
     checkpoint_batch: int | None = None  # latest completed batch of status.checkpointLocation
@@ -138,6 +139,8 @@ class CreateDriver:
     restore_from: str | None = None
     spec_hash: str = ""
     expect_committed: int | None = None  # --expect-committed: the batch a resumed checkpoint must hold
+    standby: bool = False  # --standby: waits for ReleaseStandby before it touches the checkpoint
+    keep_epoch: int | None = None  # a standby's: the running driver's epoch, whose ConfigMap stays
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,14 @@ class TriggerSavepoint:
 
 
 @dataclass(frozen=True)
+class ReleaseStandby:
+    """POST /release to a warm standby: restore ``restore_from``, take the checkpoint, start the query."""
+
+    pod: str
+    restore_from: str
+
+
+@dataclass(frozen=True)
 class DeleteSavepoint:
     path: str
 
@@ -164,11 +175,12 @@ class DeleteOwnedObjects:
     """Everything labelled for the job (also garbage-collected through owner references)."""
 
 
-Action = Union[EnsureSupportObjects, CreateDriver, DeleteDriver, TriggerSavepoint, DeleteSavepoint, DeleteOwnedObjects]
+Action = Union[EnsureSupportObjects, CreateDriver, DeleteDriver, TriggerSavepoint, ReleaseStandby, DeleteSavepoint,
+               DeleteOwnedObjects]
 
 
 def is_disruptive(action: Action) -> bool:
-    if isinstance(action, (CreateDriver, DeleteDriver)):
+    if isinstance(action, (CreateDriver, DeleteDriver, ReleaseStandby)):
         return True
     return isinstance(action, TriggerSavepoint) and action.stop
 

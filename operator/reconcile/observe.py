@@ -2,7 +2,7 @@
 
 Called by ``streamjob_operator.handlers`` at the start of every pass. Reads
 the job's driver pods (Kubernetes API), the driver's control endpoint
-(status; the savepoint request in flight) and, when an operation needs it,
+(status; the savepoint request in flight; a warm standby's status) and, when an operation needs it,
 the savepoint manifest in S3 and the latest completed batch of the
 checkpoint. The endpoint is polled at a bounded rate; what is not read this
 pass is ``None`` in the observations.
@@ -190,6 +190,16 @@ def observe(
             log.debug("Could not reach driver streamjob=%s/%s pod=%s error=%s", namespace, name, current.name if current else None, err)
             job = JobProgress()
 
+    standby: JobProgress | None = None
+    standby_pod = next((d for d in drivers if op is not None and d.name == op.standby_pod and d.name != status.driver_pod), None)
+    if standby_pod is not None and standby_pod.alive and standby_pod.phase is PodPhase.running and standby_pod.ip:
+        try:  # a warm standby (decide.standby): its /status says when it is ready to take over
+            reply = clients.driver_call(standby_pod.ip, namespace, name, "GET", "/status")
+            standby = job_progress(reply.body) if reply.status == 200 else JobProgress()
+        except DriverUnreachable as err:
+            log.debug("Could not reach standby streamjob=%s/%s pod=%s error=%s", namespace, name, standby_pod.name, err)
+            standby = JobProgress()
+
     manifest: SavepointManifest | None = None
     # the checkpoint says what the job committed when its driver cannot: gone, exited, or (an upgraded
     # driver awaiting readiness) not answering; decide.lineage compares it with the savepoint to restore
@@ -234,6 +244,7 @@ def observe(
         deleting=bool(meta.get("deletionTimestamp")),
         drivers=drivers,
         job=job,
+        standby=standby,
         savepoint=savepoint,
         savepoint_unknown=savepoint_unknown,
         manifest=manifest,

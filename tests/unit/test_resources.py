@@ -46,6 +46,17 @@ def test_driver_pod_runs_the_runtime_as_main_process_with_a_client_mode_driver()
     assert pod["spec"]["restartPolicy"] == "Never"
 
 
+def test_a_standby_driver_waits_for_its_release_and_restores_nothing_on_its_own() -> None:
+    standby = CreateDriver("wc-driver-4", 4, TEXT, "s3a://b/ck/run-4", None, hash_text(TEXT), standby=True, keep_epoch=3)
+    args = resources.driver_pod(OWNER, SPEC, standby, RuntimeLayout())["spec"]["containers"][0]["args"]
+    assert "--standby" in args and "--restore-from" not in args  # the savepoint comes with POST /release
+    assert args[args.index("--checkpoint") + 1] == "s3a://b/ck/run-4"
+    confs = [args[i + 1] for i, a in enumerate(args) if a == "--conf"]
+    # its executors are its own: named after the standby pod, not after the running driver
+    assert "spark.kubernetes.executor.podNamePrefix=wc-driver-4" in confs
+    assert "--standby" not in resources.driver_pod(OWNER, SPEC, ACTION, RuntimeLayout())["spec"]["containers"][0]["args"]
+
+
 def test_credentials_only_travel_as_secret_references() -> None:
     pod = resources.driver_pod(OWNER, SPEC, ACTION, RuntimeLayout())
     text = resources.pretty(pod)

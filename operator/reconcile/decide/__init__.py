@@ -15,7 +15,7 @@ only dispatches: the phase picks the phase module, the operation kind picks
 the ``Steps`` (context.py) its operation module owns, e.g. what follows
 Stopping. Layered without circles, each layer importing only those below it
 (``lint-imports``, the layers contract in pyproject.toml): flow > steady >
-deletion | savepoint | suspend | upgrade > deploy > restart > rollout | stopping >
+deletion | savepoint | suspend | upgrade > deploy | standby > restart > rollout | stopping >
 conditions | repartition | strays > context. By module::
 
     flow       dispatch: PHASES by phase, STEPS by operation kind            flow.py
@@ -23,6 +23,7 @@ conditions | repartition | strays > context. By module::
     deploy     Deploying                                                   deploy.py
     restart    Stopping -> Waiting (restart delay) -> Deploying            restart.py
     upgrade    [Savepointing ->] Stopping -> Deploying -> [AwaitingReady]  upgrade.py (-> rollback)
+      standby  Standby -> Savepointing -> Stopping -> Releasing -> [AwaitingReady]  standby.py
     rollback   Stopping -> Deploying                                       upgrade.py
     suspend    [Savepointing ->] Stopping                  (-> Suspended)  suspend.py
     resume     Deploying                                                   suspend.py

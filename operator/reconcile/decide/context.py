@@ -21,7 +21,19 @@ from streamjob_operator.api.status import BlockedChange, Operation, StreamJobSta
 from streamjob_operator.api.status import clip as clip  # re-exported: decide's modules clip with it
 
 from .. import names
-from ..model import Action, CreateDriver, Decision, DeleteDriver, DriverPod, Event, Observations, PodPhase, TriggerSavepoint, is_disruptive
+from ..model import (
+    Action,
+    CreateDriver,
+    Decision,
+    DeleteDriver,
+    DriverPod,
+    Event,
+    Observations,
+    PodPhase,
+    ReleaseStandby,
+    TriggerSavepoint,
+    is_disruptive,
+)
 from ..policy import fmt_time, parse_time
 
 POLL_SECONDS = 2.0  # while an operation waits on the world
@@ -149,7 +161,7 @@ class Pass:
 
     # --- the result ------------------------------------------------------------------------
     def decision(self) -> Decision:
-        creates = [a for a in self.actions if isinstance(a, CreateDriver)]
+        creates = [a for a in self.actions if isinstance(a, (CreateDriver, ReleaseStandby))]
         stops = [a for a in self.actions if isinstance(a, TriggerSavepoint) and a.stop]
         deletes = [a for a in self.actions if isinstance(a, DeleteDriver)]
         if len(creates) + len(stops) > 1 or ((creates or stops) and deletes):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator.api.status import OpKind, Phase
 
-from . import conditions, deletion, deploy, restart, rollout, savepoint, steady, stopping, suspend, upgrade
+from . import conditions, deletion, deploy, restart, rollout, savepoint, standby, steady, stopping, suspend, upgrade
 from .context import Pass, Steps
 
 STEPS: dict[OpKind, Steps] = {
@@ -30,10 +30,12 @@ STEPS: dict[OpKind, Steps] = {
 }
 
 PHASES: dict[Phase, Callable[[Pass, Steps], None]] = {
+    Phase.standby: lambda p, _: standby.waiting(p),
     Phase.savepointing: lambda p, _: savepoint.savepointing(p),
     Phase.stopping: stopping.stopping,
     Phase.waiting: lambda p, _: restart.waiting(p),
     Phase.deploying: rollout.deploying,
+    Phase.releasing: standby.releasing,
     Phase.awaiting_ready: lambda p, _: upgrade.awaiting_ready(p),
 }
 

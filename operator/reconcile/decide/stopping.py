@@ -17,7 +17,7 @@ from .strays import force_stuck
 
 def stopping(p: Pass, steps: Steps) -> None:
     op = p.op()
-    pods = p.obs.drivers
+    pods = tuple(pod for pod in p.obs.drivers if pod.name != op.standby_pod)  # a warm standby waits to take over
     if not pods:
         steps.after_stopping(p)
         return

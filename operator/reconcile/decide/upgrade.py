@@ -1,5 +1,7 @@
 """Upgrade and rollback: rolling out a changed spec, waiting for it to be ready, rolling back.
 
+With spec.standby.enabled the new driver starts before the old one stops (``standby``).
+
 Pure. Called by ``steady`` for a running or stopped job whose spec differs
 from ``status.lastReconciledSpec``; ``flow`` hands ``UPGRADE`` and ``ROLLBACK``
 to the shared phases, and calls ``awaiting_ready`` for an upgraded driver
@@ -16,7 +18,7 @@ from streamjob_operator.api.status import OpKind, Operation, Phase
 
 from ..changes import ChangeKind, changed_fields, classify
 from ..model import DriverPod
-from . import lineage, restart, rollout
+from . import lineage, restart, rollout, standby
 from .context import POLL_SECONDS, Pass, Steps, clip, hash_text, spec_dict, spec_hash, spec_json
 from .repartition import refuse_repartition
 
@@ -49,6 +51,11 @@ def start_change(p: Pass) -> bool:
         mode = UpgradeMode.last_state
     op = Operation(kind=OpKind.upgrade, phase=Phase.stopping, target_spec_hash=spec_hash(p.spec),
                    target_spec=spec_json(p.spec), restore_mode=mode, started_at=p.t(), message=clip(f"changed: {fields}"))
+    if mode is UpgradeMode.savepoint and standby.wanted(p):
+        p.update(blocked_change=None, last_savepoint_nonce=p.spec.savepoint_nonce, last_restart_nonce=p.spec.restart_nonce)
+        p.emit("Normal", "Upgrading", clip(f"Rolling out the changed spec ({fields}) through a warm standby (spec.standby)"))
+        standby.start(p, op)
+        return True
     if mode is UpgradeMode.savepoint:
         assert p.spec.savepoint is not None
         op = op.model_copy(update={
@@ -208,6 +215,14 @@ def restart_instead(p: Pass, why: str, saved: int, committed: int) -> None:
     restart.count_failure(p, pod, clip(what, 600), reason="RollbackRefused", why=clip(why, 200))
 
 
+def after_stopping(p: Pass) -> None:
+    """The old driver is gone: a warm standby takes over, or the target spec is deployed."""
+    if p.op().standby_pod is not None:
+        standby.release(p)
+        return
+    rollout.deploy_target(p)
+
+
 def rollback_stopped(p: Pass) -> None:
     """The upgraded driver is gone: deploy the last stable spec again."""
     assert p.st.last_stable_spec is not None
@@ -221,7 +236,7 @@ def rolled_back(p: Pass, pod: DriverPod) -> None:
 
 
 UPGRADE = Steps(
-    after_stopping=rollout.deploy_target,
+    after_stopping=after_stopping,
     started=started,
     exited_while_starting=exited_while_starting,
     not_started=not_started,
