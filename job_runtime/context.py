@@ -59,7 +59,8 @@ class JobContext:
             raise JobContextError(f"job.sources: no source named {name!r} (declared: {declared})")
         src = self.sources[name]
         where = f"job.sources[{list(self.sources).index(name)}]"
-        return pipeline.with_event_time(pipeline.open_source(self.spark, src, where), src.event_time)
+        cap = pipeline.exactly_once_source_cap(self.declared_sink, list(self.sources.values()), self.sink_identity())
+        return pipeline.with_event_time(pipeline.open_source(self.spark, src, where, cap), src.event_time)
 
     def sink(self, df: "DataFrame") -> "DataStreamWriter":
         """A writer for the declared sink; the runtime adds checkpoint, trigger and query name."""
