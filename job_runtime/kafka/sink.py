@@ -189,11 +189,8 @@ class ExactlyOnceKafkaWriter:
         allows, and drop the plan of a batch over the cap that was never published (job_runtime.kafka.replan)."""
         self._ensure_clients()
         store = self.fence.store if self.fence is not None else None
-        if spark is not None:
-            last = self.marker()
-            replan_planned_batch(spark, self.checkpoint, self.cap(), last.batch_id if last is not None else None)
+        last = self.marker() if self.restored or spark is not None else None
         if self.restored:
-            last = self.marker()
             self._replay_until = last.batch_id if last is not None else None
             if store is not None:
                 store.write_bytes(REPLAY_FILE, json.dumps({"untilBatch": self._replay_until}).encode())
@@ -201,6 +198,8 @@ class ExactlyOnceKafkaWriter:
         elif store is not None and store.exists(REPLAY_FILE):
             until = json.loads(store.read_bytes(REPLAY_FILE)).get("untilBatch")
             self._replay_until = int(until) if until is not None else None
+        if spark is not None:
+            replan_planned_batch(spark, self.checkpoint, self.cap(), last.batch_id if last is not None else None)
 
     def cap(self) -> int:
         """The records a batch may hold (job_runtime.kafka.budget); its Kafka sources plan at most this."""
