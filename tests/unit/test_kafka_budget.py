@@ -96,3 +96,20 @@ def test_the_note_round_trips_and_a_bad_one_is_ignored() -> None:
 def test_running_out_of_time_is_most_of_the_timeout() -> None:
     assert budget.ran_out_of_time(59.0, 60_000)
     assert not budget.ran_out_of_time(20.0, 60_000)
+
+
+def test_only_an_exactly_once_kafka_sink_caps_the_jobs_kafka_sources() -> None:
+    from job_runtime.query.pipeline import exactly_once_source_cap
+    from streamjob_contract.jobdef import Sink, Source
+
+    kafka = {"bootstrapServers": "broker:9092", "topic": "out"}
+    sources = [Source.model_validate({"name": n, "kind": "kafka", "options": {"subscribe": n}}) for n in ("a", "b")]
+    rate = [Source.model_validate({"name": "r", "kind": "rate"})]
+    exactly_once = Sink.model_validate({"kind": "kafka", "kafka": kafka})
+    longer = Sink.model_validate({"kind": "kafka", "kafka": {**kafka, "transactionTimeoutMs": 120_000}})
+    at_least_once = Sink.model_validate({"kind": "kafka", "kafka": {**kafka, "delivery": "atLeastOnce"}})
+    assert exactly_once_source_cap(exactly_once, sources, None) == 150_000  # 300,000 shared by two sources
+    assert exactly_once_source_cap(longer, sources[:1], None) == 600_000
+    assert exactly_once_source_cap(exactly_once, rate, None) == 300_000  # nothing to cap: open_source caps Kafka only
+    assert exactly_once_source_cap(at_least_once, sources, None) is None
+    assert exactly_once_source_cap(None, sources, None) is None
