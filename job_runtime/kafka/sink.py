@@ -257,7 +257,8 @@ class ExactlyOnceKafkaWriter:
         opened = time.monotonic()
         try:
             producer.begin_transaction()
-            for row in rows.toLocalIterator():
+            # the next partition is computed while this one is sent: the driver holds at most two of a capped batch
+            for row in rows.toLocalIterator(prefetchPartitions=True):
                 headers = list(row["headers"].items()) if row["headers"] else None
                 self._produce(producer, row["topic"], row["key"], row["value"], headers)
                 count += 1
