@@ -74,7 +74,7 @@ def test_a_first_deploy_on_a_backlog_publishes_every_record_once_without_a_crash
     codes, run = [], None
     for attempt in range(3):
         run = start_run(processes, tmp_path, job, ckpt, name="backlog", label=f"attempt-{attempt}", extra=SMALL_DRIVER)
-        codes.append(run.wait(600))
+        codes.append(run.wait(300))
         if codes[-1] == 0:
             break
     assert run is not None
