@@ -74,7 +74,8 @@ class JobContext:
         """The job and checkpoint a kafka sink's transactions belong to, and this driver's epoch."""
         from job_runtime.kafka.sink import SinkIdentity
 
-        return SinkIdentity(self.job_namespace, self.job_name, self.checkpoint_location, self.fence, self.restored)
+        return SinkIdentity(self.job_namespace, self.job_name, self.checkpoint_location, self.fence, self.restored,
+                            replan=not self.once)
 
     def configure(self, writer: "DataStreamWriter") -> "DataStreamWriter":
         """Apply the runtime's checkpoint location, trigger and query name to `writer`."""

@@ -104,6 +104,9 @@ class SinkIdentity:
     checkpoint: str
     fence: "Fence | None" = None  # this driver's epoch on the checkpoint (job_runtime.checkpoints.epoch)
     restored: bool = False  # this start restored an explicit --restore-from: a replay may publish again
+    # drop the plan of an oversized batch never published; not under a one-batch trigger (the drain), which
+    # would plan the new batch without the sources' limits
+    replan: bool = True
 
     @property
     def transactional_id(self) -> str:
@@ -146,6 +149,7 @@ class ExactlyOnceKafkaWriter:
         self.checkpoint = identity.checkpoint
         self.fence = identity.fence
         self.restored = identity.restored
+        self.replan = identity.replan
         self._producer: Any = None
         self._marker_consumer: Any = None
         self._replay_until: int | None = None
@@ -189,7 +193,7 @@ class ExactlyOnceKafkaWriter:
         allows, and drop the plan of a batch over the cap that was never published (job_runtime.kafka.replan)."""
         self._ensure_clients()
         store = self.fence.store if self.fence is not None else None
-        last = self.marker() if self.restored or spark is not None else None
+        last = self.marker() if self.restored or (spark is not None and self.replan) else None
         if self.restored:
             self._replay_until = last.batch_id if last is not None else None
             if store is not None:
@@ -198,7 +202,7 @@ class ExactlyOnceKafkaWriter:
         elif store is not None and store.exists(REPLAY_FILE):
             until = json.loads(store.read_bytes(REPLAY_FILE)).get("untilBatch")
             self._replay_until = int(until) if until is not None else None
-        if spark is not None:
+        if spark is not None and self.replan:
             replan_planned_batch(spark, self.checkpoint, self.cap(), last.batch_id if last is not None else None)
 
     def cap(self) -> int:
