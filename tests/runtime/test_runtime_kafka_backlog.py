@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
 from kafka_io import count_backlog, produce_backlog  # noqa: E402
 
 SHORT_TIMEOUT_MS = 5_000  # the batch cap is then 25,000 records
+BACKLOG_TIMEOUT_MS = 10_000  # 50,000 records: room for a loaded machine, still 10 times under the backlog
 SMALL_DRIVER = ("--conf", "spark.driver.memory=512m")
 BEFORE_COMMIT = PausePoint("kafka-before-commit:1", "batch 0's transaction sent, not committed")
 
@@ -64,10 +65,10 @@ def topics(broker: Any, partitions: int) -> tuple[str, str]:
 
 def test_a_first_deploy_on_a_backlog_publishes_every_record_once_without_a_crash_loop(
         kafka_broker, processes, tmp_path: Path) -> None:
-    records = 1_000_000  # 40 times the cap of a 5 s transaction
+    records = 500_000  # 10 times the cap of a 10 s transaction
     source, target = topics(kafka_broker, partitions=1)
     produce_backlog(kafka_broker.bootstrap, source, records)
-    job = passthrough_job(kafka_broker, source, target, tmp_path / "job.json", transactionTimeoutMs=SHORT_TIMEOUT_MS)
+    job = passthrough_job(kafka_broker, source, target, tmp_path / "job.json", transactionTimeoutMs=BACKLOG_TIMEOUT_MS)
     ckpt = tmp_path / "ckpt"
 
     # as a restart policy would: start again on the same checkpoint after a failure, up to three times
@@ -81,7 +82,7 @@ def test_a_first_deploy_on_a_backlog_publishes_every_record_once_without_a_crash
     assert codes == [0], f"exit codes {codes} (a crash loop replays the planned batch)\n{run.log_tail()}"
 
     sizes = batch_sizes(ckpt)
-    cap = budget.batch_cap(SHORT_TIMEOUT_MS)
+    cap = budget.batch_cap(BACKLOG_TIMEOUT_MS)
     assert sum(sizes) == records and max(sizes) <= cap, (cap, sizes)
     assert count_backlog(kafka_broker.bootstrap, target, records) == (0, 0, 0)  # missing, duplicated, foreign
 
