@@ -9,7 +9,7 @@ within `transactionTimeoutMs`, or the broker aborts it and the batch, replayed w
 the same offsets, fails the same way for ever (issue 26). So the batch is capped in
 records: the timeout times a floor on the driver's publish rate, halved for the
 planning, reading and commit around the records. The floor is conservative (the
-driver publishes 35-50 k records/s on two loaded cores; docs/benchmarks/kafka-backlog.md),
+driver did 12 k records/s on two cores at load 7-8; docs/benchmarks/kafka-backlog.md),
 so the default 60 s gives 300,000 records a batch. The cap also bounds memory: the
 driver holds at most two partitions of one batch (toLocalIterator, prefetching the next) and the producer's
 queue is bounded, so a batch of at most `cap` records fits whatever the backlog.
