@@ -83,10 +83,10 @@ def windows_job(path: Path, bootstrap: str, source: str, target: str, delivery: 
     return path
 
 
-def passthrough_job(path: Path, bootstrap: str, source: str, target: str, delivery: str) -> Path:
+def passthrough_job(path: Path, bootstrap: str, source: str, target: str, delivery: str, starting: str = "latest") -> Path:
     job = {"pipeline": {
         "sources": [{"name": "pings", "kind": "kafka",
-                     "options": {"kafka.bootstrap.servers": bootstrap, "subscribe": source, "startingOffsets": "latest"}}],
+                     "options": {"kafka.bootstrap.servers": bootstrap, "subscribe": source, "startingOffsets": starting}}],
         "transforms": [{"name": "out", "sql": "SELECT CAST(key AS STRING) AS id, CAST(value AS STRING) AS sent FROM pings"}],
         "sink": {"kind": "kafka", "kafka": {"bootstrapServers": bootstrap, "topic": target, "keyColumn": "id",
                                             "valueColumn": "sent", "delivery": delivery}},

@@ -212,8 +212,9 @@ class KafkaSink(Model):
     )
     transaction_timeout_ms: int = Field(
         default=60_000, alias="transactionTimeoutMs", ge=MIN_TRANSACTION_TIMEOUT_MS, le=MAX_TRANSACTION_TIMEOUT_MS,
-        description="transaction.timeout.ms of the exactly-once producer: longer than writing one micro-batch takes, "
-        "at most the broker's transaction.max.timeout.ms (15 minutes by default).",
+        description="transaction.timeout.ms of the exactly-once producer, at most the broker's transaction.max.timeout.ms "
+        "(15 minutes by default). It also caps the batch: the job's Kafka sources plan at most timeout in seconds x 5,000 "
+        "records a batch (300,000 at the default; a smaller maxOffsetsPerTrigger is kept), docs/delivery.md.",
     )
     sasl: KafkaSasl | None = Field(default=None, description="SASL authentication to the brokers (credentials by Secret reference).")
 

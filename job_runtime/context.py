@@ -59,7 +59,8 @@ class JobContext:
             raise JobContextError(f"job.sources: no source named {name!r} (declared: {declared})")
         src = self.sources[name]
         where = f"job.sources[{list(self.sources).index(name)}]"
-        return pipeline.with_event_time(pipeline.open_source(self.spark, src, where), src.event_time)
+        cap = pipeline.exactly_once_source_cap(self.declared_sink, list(self.sources.values()), self.sink_identity())
+        return pipeline.with_event_time(pipeline.open_source(self.spark, src, where, cap), src.event_time)
 
     def sink(self, df: "DataFrame") -> "DataStreamWriter":
         """A writer for the declared sink; the runtime adds checkpoint, trigger and query name."""
@@ -73,7 +74,8 @@ class JobContext:
         """The job and checkpoint a kafka sink's transactions belong to, and this driver's epoch."""
         from job_runtime.kafka.sink import SinkIdentity
 
-        return SinkIdentity(self.job_namespace, self.job_name, self.checkpoint_location, self.fence, self.restored)
+        return SinkIdentity(self.job_namespace, self.job_name, self.checkpoint_location, self.fence, self.restored,
+                            replan=not self.once)
 
     def configure(self, writer: "DataStreamWriter") -> "DataStreamWriter":
         """Apply the runtime's checkpoint location, trigger and query name to `writer`."""

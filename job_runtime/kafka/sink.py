@@ -37,8 +37,13 @@ other. init_transactions runs when the query is built, before Spark plans
 anything from the offset log (`kafka_writer`), and after the driver took its
 epoch on the checkpoint (job_runtime.checkpoints.epoch), which the writer checks
 before a transaction begins and again before it commits. Rows are produced by
-the driver (one producer, one transaction per batch). Broker and topic are
-named in every error.
+the driver (one producer, one transaction per batch, a bounded producer queue).
+Broker and topic are named in every error.
+
+No batch is too big (job_runtime.kafka.budget): the job's Kafka sources plan at
+most the batch cap (derived from transactionTimeoutMs), a batch planned over it
+and never published is planned again at start (job_runtime.kafka.replan), and a
+transaction that ran out of time halves the cap for its checkpoint.
 
 A marker *ahead* of the batch (naming a later batch, or this batch with other
 input) means a publish would repeat what the job published already: an error
@@ -51,15 +56,17 @@ also after a restart of that checkpoint.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from job_runtime.kafka import auth as kafka_auth
 from job_runtime import testhooks
+from job_runtime.kafka import auth as kafka_auth
+from job_runtime.kafka import budget
+from job_runtime.kafka.marker import KafkaSinkError, Marker, batch_input_digest, publish_decision
+from job_runtime.kafka.replan import planned_batch, read_offset_log, replan_planned_batch
 from streamjob_contract.jobdef import Delivery, KafkaSink
 
 if TYPE_CHECKING:
@@ -74,6 +81,8 @@ MARKER_PARTITION = 0
 MARKER_TIMEOUT = 120.0  # seconds to wait out a moving or loading group coordinator
 RETRIABLE_COORDINATOR = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 REPLAY_FILE = "_streamjob_replay.json"  # in the checkpoint: the batch up to which an explicit restore replays
+QUEUE_MESSAGES = 50_000  # the producer's queue, in records and in KiB: what the driver holds beyond one partition
+QUEUE_KBYTES = 32_768
 
 
 class Fence(Protocol):
@@ -86,10 +95,6 @@ class Fence(Protocol):
     def check(self, where: str) -> None: ...
 
 
-class KafkaSinkError(RuntimeError):
-    """The Kafka sink could not publish a batch; names the brokers and topic."""
-
-
 @dataclass(frozen=True)
 class SinkIdentity:
     """Which job (and which of its checkpoints) a sink writes for."""
@@ -99,6 +104,9 @@ class SinkIdentity:
     checkpoint: str
     fence: "Fence | None" = None  # this driver's epoch on the checkpoint (job_runtime.checkpoints.epoch)
     restored: bool = False  # this start restored an explicit --restore-from: a replay may publish again
+    # drop the plan of an oversized batch never published; not under a one-batch trigger (the drain), which
+    # would plan the new batch without the sources' limits
+    replan: bool = True
 
     @property
     def transactional_id(self) -> str:
@@ -109,74 +117,6 @@ class SinkIdentity:
     def marker_group(self) -> str:
         """Per job, not per checkpoint: a restored job must see what the job it was restored from published."""
         return f"streamjob-sink.{self.namespace}.{self.name}"
-
-
-@dataclass(frozen=True)
-class Marker:
-    """The last published batch: its id and the digest of its input (batch_input_digest)."""
-
-    batch_id: int
-    digest: str
-
-    def metadata(self) -> str:
-        return json.dumps({"batch": self.batch_id, "input": self.digest}, separators=(",", ":"))
-
-    @classmethod
-    def parse(cls, offset: int | None, metadata: str | None) -> "Marker | None":
-        if offset is None or offset < 0:
-            return None
-        try:
-            body = json.loads(metadata or "")
-            return cls(int(body["batch"]), str(body["input"]))
-        except (ValueError, KeyError, TypeError):
-            return cls(offset - 1, "")  # a marker without a digest matches no batch: published again, never lost
-
-
-def publish_decision(last: Marker | None, batch_id: int, digest: str, replay_until: int | None) -> Literal["skip", "publish", "replay"]:
-    """Pure: what to do with batch `batch_id` (input `digest`) given the marker.
-
-    skip: already committed to Kafka (the same batch, the same input). publish: the
-    marker is behind. replay: the marker is ahead but within an explicit restore's
-    replay (`replay_until`). A marker ahead otherwise raises KafkaSinkError."""
-    if last is None or last.batch_id < batch_id:
-        return "publish"
-    if last == Marker(batch_id, digest):
-        return "skip"
-    if replay_until is not None and batch_id <= replay_until:
-        return "replay"
-    raise KafkaSinkError(
-        f"sink.kafka: batch {batch_id} not published: the job already published batch {last.batch_id}"
-        f"{' with other input' if last.batch_id == batch_id else ''} (the marker is ahead of this batch); publishing "
-        "would repeat output. Another driver wrote past this checkpoint, or the checkpoint went back; "
-        "only an explicit restore from a savepoint replays (docs/delivery.md)"
-    )
-
-
-def offset_lines(text: str) -> str:
-    """The source offsets of an offset log entry (the lines after the version and batch metadata)."""
-    return "\n".join(text.splitlines()[2:])
-
-
-def batch_input_digest(current: str, previous: str | None) -> str:
-    """Names a batch by its input: the source offsets it ends at and the ones it starts from."""
-    h = hashlib.sha256(offset_lines(current).encode())
-    h.update(b"\0" + offset_lines(previous or "").encode())
-    return h.hexdigest()[:32]
-
-
-def read_offset_log(spark: Any, checkpoint: str, batch_id: int) -> str | None:
-    """`offsets/<batch_id>` of `checkpoint`, read through Spark's own Hadoop file system
-    (the one that wrote it); None when the batch has no entry."""
-    jvm = spark._jvm
-    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/offsets/{batch_id}")
-    fs = path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
-    if not fs.exists(path):
-        return None
-    stream = fs.open(path)
-    try:
-        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-    finally:
-        stream.close()
 
 
 def records(df: "DataFrame", kafka: KafkaSink) -> "DataFrame":
@@ -209,6 +149,7 @@ class ExactlyOnceKafkaWriter:
         self.checkpoint = identity.checkpoint
         self.fence = identity.fence
         self.restored = identity.restored
+        self.replan = identity.replan
         self._producer: Any = None
         self._marker_consumer: Any = None
         self._replay_until: int | None = None
@@ -232,6 +173,9 @@ class ExactlyOnceKafkaWriter:
             "transaction.timeout.ms": self.kafka.transaction_timeout_ms,
             "enable.idempotence": True,
             "linger.ms": 5,
+            # a bounded queue: produce() waits for deliveries instead of holding the batch in memory
+            "queue.buffering.max.messages": QUEUE_MESSAGES,
+            "queue.buffering.max.kbytes": QUEUE_KBYTES,
         })
         try:
             # fences an earlier driver of this job and aborts its open transaction
@@ -244,12 +188,13 @@ class ExactlyOnceKafkaWriter:
         })
         log.info("started transactional producer transactionalId=%s markerGroup=%s", self.transactional_id, self.group)
 
-    def start(self) -> None:
-        """Before the query plans: fence the previous driver's producer, and learn the replay an explicit restore allows."""
+    def start(self, spark: Any = None) -> None:
+        """Before the query plans: fence the previous driver's producer, learn the replay an explicit restore
+        allows, and drop the plan of a batch over the cap that was never published (job_runtime.kafka.replan)."""
         self._ensure_clients()
         store = self.fence.store if self.fence is not None else None
+        last = self.marker() if self.restored or (spark is not None and self.replan) else None
         if self.restored:
-            last = self.marker()
             self._replay_until = last.batch_id if last is not None else None
             if store is not None:
                 store.write_bytes(REPLAY_FILE, json.dumps({"untilBatch": self._replay_until}).encode())
@@ -257,6 +202,12 @@ class ExactlyOnceKafkaWriter:
         elif store is not None and store.exists(REPLAY_FILE):
             until = json.loads(store.read_bytes(REPLAY_FILE)).get("untilBatch")
             self._replay_until = int(until) if until is not None else None
+        if spark is not None and self.replan:
+            replan_planned_batch(spark, self.checkpoint, self.cap(), last.batch_id if last is not None else None)
+
+    def cap(self) -> int:
+        """The records a batch may hold (job_runtime.kafka.budget); its Kafka sources plan at most this."""
+        return batch_cap(self.kafka, self.fence.store if self.fence is not None else None)
 
     def marker(self) -> Marker | None:
         """The last batch whose transaction committed, or None."""
@@ -307,9 +258,11 @@ class ExactlyOnceKafkaWriter:
         producer = self._producer
         rows = records(batch, self.kafka)
         count = 0
+        opened = time.monotonic()
         try:
             producer.begin_transaction()
-            for row in rows.toLocalIterator():
+            # the next partition is computed while this one is sent: the driver holds at most two of a capped batch
+            for row in rows.toLocalIterator(prefetchPartitions=True):
                 headers = list(row["headers"].items()) if row["headers"] else None
                 self._produce(producer, row["topic"], row["key"], row["value"], headers)
                 count += 1
@@ -321,12 +274,27 @@ class ExactlyOnceKafkaWriter:
             producer.commit_transaction(timeout)
         except KafkaException as err:
             self._abort()
+            self._note_if_out_of_time(batch, batch_id, count, time.monotonic() - opened)
             raise KafkaSinkError(f"sink.kafka ({self._where()}): batch {batch_id} not published: {err.args[0]}") from None
         except BaseException:
             self._abort()
             raise
         log.info("committed batch batchId=%s records=%d transactionalId=%s", batch_id, count, self.transactional_id)
         testhooks.reached("kafka-after-commit")
+
+    def _note_if_out_of_time(self, batch: "DataFrame", batch_id: int, sent: int, open_seconds: float) -> None:
+        """A transaction that failed after most of its timeout ran out of time: halve the cap for this
+        checkpoint, so the next start plans the batch again smaller (never replayed for ever)."""
+        store = self.fence.store if self.fence is not None else None
+        if store is None or not budget.ran_out_of_time(open_seconds, self.kafka.transaction_timeout_ms):
+            return
+        planned = planned_batch(batch.sparkSession, self.checkpoint)
+        held = planned.records if planned is not None and planned.batch_id == batch_id else None
+        cap = budget.halved_cap(held, sent, self.cap())
+        store.write_bytes(budget.CAP_NOTE, budget.format_note(cap, batch_id), content_type="application/json")
+        log.warning("lowered the batch cap maxRecords=%d batchId=%s records=%s openSeconds=%.1f reason=the transaction "
+                    "ran out of time (transactionTimeoutMs=%d); the next start plans the batch again",
+                    cap, batch_id, held, open_seconds, self.kafka.transaction_timeout_ms)
 
     def _check_fence(self, where: str) -> None:
         if self.fence is not None:
@@ -351,6 +319,15 @@ class ExactlyOnceKafkaWriter:
             log.warning("could not abort the open transaction transactionalId=%s error=%s", self.transactional_id, err)
 
 
+def batch_cap(kafka: KafkaSink, store: "Store | None") -> int:
+    """The records one exactly-once batch may hold: the transaction budget, lowered by a note in the
+    checkpoint after a transaction ran out of time (job_runtime.kafka.budget)."""
+    noted = None
+    if store is not None and store.exists(budget.CAP_NOTE):
+        noted = budget.parse_note(store.read_bytes(budget.CAP_NOTE))
+    return budget.batch_cap(kafka.transaction_timeout_ms, noted)
+
+
 def kafka_writer(df: "DataFrame", kafka: KafkaSink, output_mode: str, identity: SinkIdentity) -> "DataStreamWriter":
     """The DataStreamWriter for a kafka sink (checkpoint and trigger added by the runtime)."""
     if kafka.delivery == Delivery.at_least_once:
@@ -369,5 +346,5 @@ def kafka_writer(df: "DataFrame", kafka: KafkaSink, output_mode: str, identity: 
             .options(**kafka_auth.spark_options(kafka.sasl, "sink", "sink.kafka"))
         )
     writer = ExactlyOnceKafkaWriter(kafka, identity)
-    writer.start()  # before the query plans: the previous driver's producer is fenced first
+    writer.start(df.sparkSession)  # before the query plans: the previous driver's producer is fenced first
     return df.writeStream.outputMode(output_mode).foreachBatch(writer)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from streamjob_contract.jobdef import (
-    EventTime, JobDefinition, JobDefinitionError, Pipeline, Sink, SinkFormat, SinkKind, Source, SourceKind, Transform,
+    Delivery, EventTime, JobDefinition, JobDefinitionError, Pipeline, Sink, SinkFormat, SinkKind, Source, SourceKind, Transform,
     declared_sink, declared_sources,
 )
 
@@ -43,8 +43,9 @@ def _first_line(err: BaseException) -> str:
 # ---- edges: reading ----------------------------------------------------------------------
 
 
-def open_source(spark: "SparkSession", source: Source, where: str) -> "DataFrame":
-    """A streaming DataFrame for one declared source; `where` is its field path for errors."""
+def open_source(spark: "SparkSession", source: Source, where: str, max_records: int | None = None) -> "DataFrame":
+    """A streaming DataFrame for one declared source; `where` is its field path for errors.
+    `max_records`: a Kafka source plans at most this many records a batch (exactly_once_source_cap)."""
     reader = spark.readStream
     if source.kind == SourceKind.rate:
         return reader.format("rate").options(**source.options).load()
@@ -64,6 +65,13 @@ def open_source(spark: "SparkSession", source: Source, where: str) -> "DataFrame
             role = f"source.{source.name}"
             kafka_auth.check(options.get("kafka.bootstrap.servers", ""), source.sasl, role, where)
             options.update(kafka_auth.spark_options(source.sasl, role, where))  # in memory only, never logged
+        if max_records is not None:
+            from job_runtime.kafka import budget
+
+            options, own = budget.capped_options(options, max_records)
+            if own is not None:
+                log.info("capped kafka source source=%s maxOffsetsPerTrigger=%s own=%s reason=the exactly-once Kafka "
+                         "sink's transaction budget (docs/delivery.md)", source.name, options[budget.MAX_OFFSETS], own)
         return reader.format("kafka").options(**options).load()
     assert source.format is not None and source.path is not None and source.schema_ is not None  # the model's rule
     try:
@@ -158,6 +166,19 @@ def kafka_context(job: JobDefinition, error: str) -> str:
     return f" ({'; '.join(endpoints)})"
 
 
+def exactly_once_source_cap(sink: Sink | None, sources: Sequence[Source], identity: "SinkIdentity | None") -> int | None:
+    """The records each Kafka source may plan a batch when the sink is the exactly-once Kafka sink
+    (its batch cap shared among the Kafka sources), else None: other sinks take what the user set."""
+    if sink is None or sink.kafka is None or sink.kafka.delivery != Delivery.exactly_once:
+        return None
+    from job_runtime.kafka import budget
+    from job_runtime.kafka.sink import batch_cap
+
+    store = identity.fence.store if identity is not None and identity.fence is not None else None
+    kafka_sources = sum(1 for s in sources if s.kind == SourceKind.kafka)
+    return budget.source_cap(batch_cap(sink.kafka, store), kafka_sources)
+
+
 def sink_writer(df: "DataFrame", sink: Sink, identity: "SinkIdentity | None" = None) -> "DataStreamWriter":
     """The DataStreamWriter for a declared sink, without checkpoint/trigger (the runtime adds those).
 
@@ -195,9 +216,11 @@ def build_pipeline(
 ) -> "DataStreamWriter":
     """Sources -> event time -> transforms -> sink writer, for one start of the query."""
     inputs = {}
+    cap = exactly_once_source_cap(pipeline.sink, pipeline.sources, identity)
     for i, source in enumerate(pipeline.sources):
         src_where = f"{where}.sources[{i}]"
-        inputs[source.name] = with_event_time(open_source(spark, source, src_where), source.event_time, f"{src_where}.eventTime")
+        opened = open_source(spark, source, src_where, cap)
+        inputs[source.name] = with_event_time(opened, source.event_time, f"{src_where}.eventTime")
     frames = apply_transforms(spark, inputs, pipeline.transforms, where)
     result = frames[sink_input(pipeline)]
     try:

@@ -65,3 +65,69 @@ def consume_all(bootstrap: str, topic: str, expect: int | None = None, *, timeou
     finally:
         consumer.close()
     return messages
+
+
+def produce_backlog(bootstrap: str, topic: str, records: int, value_bytes: int = 100) -> None:
+    """A backlog of `records` records keyed "0" .. str(records - 1), each value `value_bytes` long."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
+                         "queue.buffering.max.messages": 200000, "compression.type": "lz4"})
+    for i in range(records):
+        key = str(i).encode()
+        value = key.rjust(value_bytes, b".")
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 10000 == 0:
+            producer.poll(0)
+    left = producer.flush(300)
+    assert left == 0, f"{left} records to {topic} were not acknowledged within 300s"
+
+
+def count_backlog(bootstrap: str, topic: str, records: int, *, timeout: float = 300.0) -> tuple[int, int, int]:
+    """(missing, duplicated, foreign) of a produce_backlog backlog as a read_committed consumer sees it on
+    `topic`: keys never seen, extra copies of keys seen, records with another key. Reads to the end of
+    every partition (after every key was seen, or after 10 s without a record); counts, holds nothing."""
+    from confluent_kafka import Consumer, KafkaError
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
+    })
+    consumer.subscribe([topic])
+    counts = bytearray(records)
+    seen = foreign = duplicated = 0
+    eof: set[int] = set()
+    deadline = time.monotonic() + timeout
+    last = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            batch = consumer.consume(10000, 0.5)
+            for msg in batch:
+                if msg.error():
+                    if msg.error().code() != KafkaError._PARTITION_EOF:
+                        raise AssertionError(f"consuming {topic}: {msg.error()}")
+                    eof.add(msg.partition())
+                    continue
+                eof.discard(msg.partition())
+                last = time.monotonic()
+                key = msg.key()
+                index = int(key) if key and key.isdigit() else -1
+                if not 0 <= index < records:
+                    foreign += 1
+                elif counts[index]:
+                    duplicated += 1
+                else:
+                    counts[index] = 1
+                    seen += 1
+            partitions = {p.partition for p in consumer.assignment()}
+            at_end = bool(partitions) and eof >= partitions
+            if at_end and (seen >= records or time.monotonic() - last > 10):
+                break
+    finally:
+        consumer.close()
+    return records - seen, duplicated, foreign

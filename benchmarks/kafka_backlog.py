@@ -1,0 +1,207 @@
+"""A first deploy on a Kafka backlog: the exactly-once sink vs Spark's at-least-once writer, same run.
+
+Run by hand (not a test):
+
+    python benchmarks/kafka_backlog.py [--records 1000000] [--partitions 2] [--repeat 1]
+
+Starts its own broker (testbed.kafka, KRaft, loopback) and writes a backlog of
+numbered records with 100-byte values (tests/kafka/kafka_io.produce_backlog).
+The runtime then runs a pass-through job (Kafka -> `SELECT key, value` -> Kafka,
+benchmarks/kafka_bench.passthrough_job) over it as a new user would deploy it:
+`startingOffsets: earliest`, no maxOffsetsPerTrigger, `local[2]`, the default
+driver memory, `Trigger.AvailableNow`; once with `delivery: exactlyOnce` and
+once with `delivery: atLeastOnce` (Spark's own Kafka writer), alternating which
+goes first, each to a fresh topic and checkpoint. Per run: the exit code, the
+query time (the runtime's "started query" to "finished query" log lines, as
+kafka_bench), the batches planned, the peak RSS of the driver's process group
+(the runtime's Python process and its JVM, sampled every 0.2 s from /proc),
+and what a read_committed consumer sees (missing and duplicated records).
+Writes docs/benchmarks/kafka-backlog.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kafka_bench import passthrough_job
+from runtime_bench import _stamp, runtime_command
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "kafka"))
+from kafka_io import count_backlog, produce_backlog  # noqa: E402
+
+REPORT = REPO / "docs" / "benchmarks" / "kafka-backlog.md"
+DELIVERIES = ("exactlyOnce", "atLeastOnce")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def group_rss(pgid: int) -> int:
+    """Resident bytes of every process in process group `pgid`, now."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[2]) == pgid:  # the field after state and ppid
+                total += int((entry / "statm").read_text().split()[1]) * PAGE
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
+    return total
+
+
+@dataclass
+class Run:
+    delivery: str
+    code: int
+    seconds: float
+    peak_rss: int
+    batches: int
+    missing: int
+    duplicated: int
+
+    @property
+    def peak_rss_gb(self) -> float:
+        return self.peak_rss / 1e9
+
+
+def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str, label: str) -> tuple[int, float, int, int]:
+    """(exit code, query seconds, peak RSS bytes, batches) of one runtime run to the end of the backlog."""
+    job = passthrough_job(work / f"{label}.json", bootstrap, source, target, delivery, starting="earliest")
+    checkpoint = work / f"ckpt-{label}"
+    log_path = work / f"{label}.log"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(runtime_command(work, job, checkpoint, name=label.lower()), cwd=work, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, group_rss(proc.pid))
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        code = proc.wait(3600)
+    finally:
+        done.set()
+        sampler.join(5)
+    lines = log_path.read_text(errors="replace").splitlines()
+    started = [_stamp(line) for line in lines if "started query" in line]
+    finished = [_stamp(line) for line in lines if "finished query" in line]
+    seconds = finished[-1] - started[0] if code == 0 and started and finished else float("nan")
+    if code != 0:
+        print(f"{label}: exit {code}\n" + "\n".join(lines[-40:]), flush=True)
+    batches = sum(1 for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()) if (checkpoint / "offsets").exists() else 0
+    return code, seconds, peak, batches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--report", type=Path, default=REPORT)
+    args = parser.parse_args()
+
+    from testbed import locate
+    from testbed.kafka import start_kafka
+
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="kafka-backlog-") as tmp:
+        work = Path(tmp)
+        broker = start_kafka(locate.kafka_dir(), work / "kafka", timeout=180)
+        try:
+            source = broker.create_topic("backlog", partitions=args.partitions)
+            began = time.monotonic()
+            produce_backlog(broker.bootstrap, source, args.records)
+            print(f"backlog of {args.records:,} records in {time.monotonic() - began:.0f} s", flush=True)
+            for i in range(args.repeat):
+                for delivery in DELIVERIES if i % 2 == 0 else DELIVERIES[::-1]:
+                    label = f"{delivery}-{i}"
+                    target = broker.create_topic(f"copy-{label.lower()}", partitions=args.partitions)
+                    code, seconds, peak, batches = run_once(work, broker.bootstrap, source, target, delivery, label)
+                    missing, duplicated, _ = count_backlog(broker.bootstrap, target, args.records, timeout=900)
+                    runs.append(Run(delivery, code, seconds, peak, batches, missing, duplicated))
+                    print(f"{label}: {runs[-1]}", flush=True)
+        finally:
+            broker.stop()
+    write_report(args, runs)
+
+
+def write_report(args: argparse.Namespace, runs: list[Run]) -> None:
+    import pyspark
+
+    def of(delivery: str) -> list[Run]:
+        return [r for r in runs if r.delivery == delivery]
+
+    def median(values: list[float]) -> float:
+        return statistics.median(values) if values else float("nan")
+
+    eo, alo = of("exactlyOnce"), of("atLeastOnce")
+    eo_s, alo_s = median([r.seconds for r in eo]), median([r.seconds for r in alo])
+    eo_rss, alo_rss = median([r.peak_rss for r in eo]), median([r.peak_rss for r in alo])
+    command = f"python benchmarks/kafka_backlog.py --records {args.records} --partitions {args.partitions} --repeat {args.repeat}"
+
+    def cells(rs: list[Run], f: str) -> str:
+        return ", ".join(f.format(r=r) for r in rs)
+
+    report = f"""# Kafka sink: a first deploy on a backlog
+
+A pass-through job (Kafka -> `SELECT key, value` -> Kafka) deployed on a backlog of
+{args.records:,} records (100-byte values, {args.partitions} partitions) as a new user would:
+`startingOffsets: earliest`, no `maxOffsetsPerTrigger`, every sink setting at its default,
+the default driver memory, `local[2]`, `Trigger.AvailableNow`; once with the exactly-once
+sink (`delivery: exactlyOnce`: one Kafka transaction per batch, produced by the driver, the
+batch capped at {300_000:,} records by the default 60 s transaction timeout;
+[delivery.md](../delivery.md#no-batch-is-too-big)) and once with Spark's own Kafka writer
+(`delivery: atLeastOnce`: produced by the tasks, no transaction), same input, same run,
+alternating which goes first. Query time is the runtime's "started query" to "finished
+query" (JVM start-up excluded); peak RSS is the driver's process group (the runtime's
+Python process and its JVM, which in `local[2]` also runs the tasks), sampled every 0.2 s.
+The output is read back with `isolation.level=read_committed` and every key counted.
+
+| | exactlyOnce | atLeastOnce (Spark's writer) |
+| --- | --- | --- |
+| exit codes | {cells(eo, "{r.code}")} | {cells(alo, "{r.code}")} |
+| query time, median of {args.repeat} (s) | {eo_s:.1f} | {alo_s:.1f} |
+| all runs (s) | {cells(eo, "{r.seconds:.1f}")} | {cells(alo, "{r.seconds:.1f}")} |
+| throughput (records/s) | {args.records / eo_s:,.0f} | {args.records / alo_s:,.0f} |
+| batches planned | {cells(eo, "{r.batches}")} | {cells(alo, "{r.batches}")} |
+| driver peak RSS (GB) | {cells(eo, "{r.peak_rss_gb:.2f}")} | {cells(alo, "{r.peak_rss_gb:.2f}")} |
+| missing / duplicated (read_committed) | {cells(eo, "{r.missing} / {r.duplicated}")} | {cells(alo, "{r.missing} / {r.duplicated}")} |
+| **throughput ratio exactlyOnce / atLeastOnce** | **{alo_s / eo_s:.2f}** | |
+| **peak RSS ratio exactlyOnce / atLeastOnce** | **{eo_rss / alo_rss:.2f}** | |
+
+Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()},
+Spark {pyspark.__version__}. Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, load average at the end
+{os.getloadavg()[0]:.1f} (1 min) / {os.getloadavg()[2]:.1f} (15 min). The machine was shared with other work
+while this ran: read the ratios, not the seconds.
+
+Reproduce (after `bash scripts/bootstrap.sh && source .streamjob-env`):
+
+    {command}
+"""
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    args.report.write_text(report)
+    print(report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""How big an exactly-once Kafka batch may be: pure rules, no I/O.
+
+Called by job_runtime.query.pipeline (the cap it puts on each Kafka source of a job
+whose sink is the exactly-once Kafka sink) and by job_runtime.kafka.replan (whether
+a batch planned but never published is too big and must be planned again).
+
+One micro-batch is one Kafka transaction, produced by the driver, and it must commit
+within `transactionTimeoutMs`, or the broker aborts it and the batch, replayed with
+the same offsets, fails the same way for ever (issue 26). So the batch is capped in
+records: the timeout times a floor on the driver's publish rate, halved for the
+planning, reading and commit around the records. The floor is conservative (the
+driver did 12 k records/s on two cores at load 7-8; docs/benchmarks/kafka-backlog.md),
+so the default 60 s gives 300,000 records a batch. The cap also bounds memory: the
+driver holds at most two partitions of one batch (toLocalIterator, prefetching the next) and the producer's
+queue is bounded, so a batch of at most `cap` records fits whatever the backlog.
+
+A transaction that still ran out of time (a slower machine, large records) halves
+the cap for that checkpoint (`CapNote`, kept in `<checkpoint>/_streamjob_batch_cap.json`),
+and the batch is planned again smaller: each failure halves it, so no batch is
+replayed for ever.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+RECORDS_PER_SECOND_FLOOR = 10_000  # the driver's publish rate assumed for the cap, well under what it does
+BUDGET_SHARE = 0.5  # of the transaction timeout, for the records themselves
+MIN_BATCH_RECORDS = 1_000  # a cap never goes below this (a halving stops here)
+MAX_OFFSETS = "maxOffsetsPerTrigger"
+CAP_NOTE = "_streamjob_batch_cap.json"  # in the checkpoint: a cap lowered after a transaction ran out of time
+TIMED_OUT_SHARE = 0.8  # a failed transaction open this share of its timeout ran out of time
+
+
+def budget_records(transaction_timeout_ms: int) -> int:
+    """The records one transaction may carry: timeout x rate floor x share, at least MIN_BATCH_RECORDS."""
+    return max(MIN_BATCH_RECORDS, int(transaction_timeout_ms / 1000 * RECORDS_PER_SECOND_FLOOR * BUDGET_SHARE))
+
+
+def batch_cap(transaction_timeout_ms: int, noted: int | None = None) -> int:
+    """The records a batch may hold: the budget, or less when a note lowered it."""
+    budget = budget_records(transaction_timeout_ms)
+    return min(budget, max(MIN_BATCH_RECORDS, noted)) if noted is not None else budget
+
+
+def source_cap(cap: int, kafka_sources: int) -> int:
+    """Each Kafka source's share of the batch cap (every source adds its records to the batch)."""
+    return max(1, cap // max(1, kafka_sources))
+
+
+def capped_options(options: Mapping[str, str], cap: int) -> tuple[dict[str, str], str | None]:
+    """A Kafka source's options with maxOffsetsPerTrigger at most `cap`, and the user's value
+    when it was lowered ("unset" when there was none; None when it was kept)."""
+    result = dict(options)
+    own = options.get(MAX_OFFSETS)
+    if own is not None and own.strip().isdigit() and int(own) <= cap:
+        return result, None
+    result[MAX_OFFSETS] = str(cap)
+    return result, own if own is not None else "unset"
+
+
+def kafka_offsets(line: str) -> dict[tuple[str, int], int] | None:
+    """The partition offsets of one source in an offset log line ({"topic":{"0":12}}), None when
+    the line is not a Kafka source's (another kind of source, or "-" for none yet)."""
+    start = line.find("{")
+    if start < 0:
+        return None
+    try:
+        body = json.loads(line[start:])
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not body:
+        return None
+    found: dict[tuple[str, int], int] = {}
+    for topic, partitions in body.items():
+        if not isinstance(partitions, dict):
+            return None
+        for partition, offset in partitions.items():
+            if not str(partition).lstrip("-").isdigit() or not isinstance(offset, int):
+                return None
+            found[(str(topic), int(partition))] = offset
+    return found
+
+
+def source_lines(offset_log: str) -> list[str]:
+    """The per-source lines of an offset log entry (after the version and the batch metadata)."""
+    return offset_log.splitlines()[2:]
+
+
+def planned_records(current: str, previous: str | None, initial: Sequence[str | None]) -> int | None:
+    """Records a planned batch reads from its Kafka sources: its end offsets (`offsets/N`) minus
+    where it starts (`offsets/N-1`, or for the first batch of a source the initial offsets Spark's
+    Kafka source logged, `sources/<i>/0`, in `initial`). None when no source is Kafka or a start is
+    unknown. A partition with no known start counts from 0 (an over-count: at worst a re-plan)."""
+    ends = source_lines(current)
+    starts = source_lines(previous) if previous is not None else []
+    total, kafka = 0, False
+    for i, line in enumerate(ends):
+        end = kafka_offsets(line)
+        if end is None:
+            continue
+        start = kafka_offsets(starts[i]) if i < len(starts) else None
+        if start is None:
+            start = kafka_offsets(initial[i] or "") if i < len(initial) else None
+        if start is None:
+            return None
+        kafka = True
+        total += sum(max(0, offset - start.get(tp, 0)) for tp, offset in end.items() if offset >= 0)
+    return total if kafka else None
+
+
+def replan(batch_id: int, planned: int | None, cap: int, published_until: int | None) -> bool:
+    """Pure: drop batch `batch_id`'s plan so Spark plans it again under `cap`? Only when it holds more
+    than the cap and was never published (the marker names an earlier batch, or none): its output
+    went nowhere, so planning it anew loses and repeats nothing."""
+    if planned is None or planned <= cap:
+        return False
+    return published_until is None or published_until < batch_id
+
+
+def halved_cap(planned: int | None, sent: int, cap: int) -> int:
+    """The cap after a transaction ran out of time: half of what the batch held (or of what it had
+    sent, when it sent more than planned counted), never above half the cap in force, never below MIN."""
+    held = max(planned or 0, sent)
+    return max(MIN_BATCH_RECORDS, min(cap, held) // 2)
+
+
+def ran_out_of_time(open_seconds: float, transaction_timeout_ms: int) -> bool:
+    return open_seconds >= transaction_timeout_ms / 1000 * TIMED_OUT_SHARE
+
+
+def parse_note(text: bytes | None) -> int | None:
+    """The cap a note holds, None for no note or one that does not parse (the budget applies)."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text).get("maxRecords")
+    except (ValueError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def format_note(cap: int, batch_id: int) -> bytes:
+    return json.dumps({"maxRecords": cap, "afterBatch": batch_id}, separators=(",", ":")).encode()

@@ -1,0 +1,115 @@
+"""The exactly-once Kafka sink's batch cap (job_runtime.kafka.budget): how many records a batch may
+hold, how a planned batch is counted from Spark's offset log, and when a planned batch is planned
+again. Truth tables over the pure functions; the runtime side is tests/runtime/test_runtime_kafka_backlog.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from job_runtime.kafka import budget
+
+META = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
+INITIAL = '\x00v1\n{"events":{"0":0,"1":0}}'  # sources/0/0 as Spark's Kafka source writes it (a NUL byte first)
+
+
+def offsets(*lines: str) -> str:
+    return "\n".join(["v1", META, *lines]) + "\n"
+
+
+@pytest.mark.parametrize(("timeout_ms", "noted", "cap"), [
+    pytest.param(60_000, None, 300_000, id="default-timeout"),
+    pytest.param(900_000, None, 4_500_000, id="max-timeout"),
+    pytest.param(1_000, None, 5_000, id="min-timeout"),
+    pytest.param(60_000, 40_000, 40_000, id="a-note-lowers-it"),
+    pytest.param(60_000, 10_000_000, 300_000, id="a-note-never-raises-it"),
+    pytest.param(60_000, 10, budget.MIN_BATCH_RECORDS, id="never-below-the-floor"),
+])
+def test_the_cap_follows_the_transaction_timeout(timeout_ms: int, noted: int | None, cap: int) -> None:
+    assert budget.batch_cap(timeout_ms, noted) == cap
+
+
+@pytest.mark.parametrize(("options", "expected", "own"), [
+    pytest.param({}, "300000", "unset", id="unset-gets-the-cap"),
+    pytest.param({"maxOffsetsPerTrigger": "1000"}, "1000", None, id="smaller-kept"),
+    pytest.param({"maxOffsetsPerTrigger": "5000000"}, "300000", "5000000", id="larger-lowered"),
+    pytest.param({"maxOffsetsPerTrigger": "lots"}, "300000", "lots", id="unreadable-replaced"),
+])
+def test_a_kafka_source_plans_at_most_the_cap(options: dict[str, str], expected: str, own: str | None) -> None:
+    capped, lowered = budget.capped_options({"subscribe": "events", **options}, 300_000)
+    assert capped == {"subscribe": "events", "maxOffsetsPerTrigger": expected}
+    assert lowered == own
+
+
+def test_the_cap_is_shared_among_kafka_sources() -> None:
+    assert budget.source_cap(300_000, 1) == 300_000
+    assert budget.source_cap(300_000, 3) == 100_000
+    assert budget.source_cap(300_000, 0) == 300_000  # no Kafka source: nothing to cap
+
+
+@pytest.mark.parametrize(("current", "previous", "initial", "records"), [
+    pytest.param(offsets('{"events":{"0":700,"1":300}}'), None, [INITIAL], 1_000, id="first-batch-from-initial-offsets"),
+    pytest.param(offsets('{"events":{"0":700,"1":300}}'), offsets('{"events":{"0":500,"1":250}}'), [INITIAL], 250,
+                 id="later-batch-from-the-previous-entry"),
+    pytest.param(offsets('{"events":{"0":700,"1":300,"2":40}}'), offsets('{"events":{"0":500,"1":250}}'), [None], 290,
+                 id="a-new-partition-counts-from-0"),
+    pytest.param(offsets('{"logOffset":3}'), None, [None], None, id="a-files-source-is-not-counted"),
+    pytest.param(offsets('{"logOffset":3}', '{"events":{"0":70}}'), None, [None, INITIAL.replace('"1":0', '"1":5')],
+                 70, id="the-kafka-source-of-two"),
+    pytest.param(offsets('{"events":{"0":700}}'), None, [None], None, id="no-start-known"),
+    pytest.param(offsets('{"events":{"0":700}}'), offsets("-"), [INITIAL], 700, id="no-previous-offset-for-this-source"),
+])
+def test_a_planned_batch_is_counted_from_the_offset_log(current: str, previous: str | None, initial: list[str | None],
+                                                       records: int | None) -> None:
+    assert budget.planned_records(current, previous, initial) == records
+
+
+@pytest.mark.parametrize(("batch_id", "planned", "published_until", "replan"), [
+    pytest.param(0, 5_000_000, None, True, id="first-deploy-backlog-never-published"),
+    pytest.param(7, 5_000_000, 6, True, id="marker-behind"),
+    pytest.param(7, 5_000_000, 7, False, id="already-published-is-skipped-not-replanned"),
+    pytest.param(7, 5_000_000, 9, False, id="marker-ahead-is-the-sinks-error"),
+    pytest.param(7, 300_000, None, False, id="within-the-cap"),
+    pytest.param(7, None, None, False, id="not-counted"),
+])
+def test_only_an_oversized_unpublished_batch_is_planned_again(batch_id: int, planned: int | None,
+                                                              published_until: int | None, replan: bool) -> None:
+    assert budget.replan(batch_id, planned, 300_000, published_until) is replan
+
+
+@pytest.mark.parametrize(("planned", "sent", "cap", "halved"), [
+    pytest.param(300_000, 120_000, 300_000, 150_000, id="half-of-the-batch"),
+    pytest.param(None, 80_000, 300_000, 40_000, id="uncounted-batch-half-of-what-was-sent"),
+    pytest.param(5_000_000, 0, 300_000, 150_000, id="never-above-half-the-cap"),
+    pytest.param(1_500, 0, 300_000, budget.MIN_BATCH_RECORDS, id="floor"),
+])
+def test_a_transaction_out_of_time_halves_the_cap(planned: int | None, sent: int, cap: int, halved: int) -> None:
+    assert budget.halved_cap(planned, sent, cap) == halved
+
+
+def test_the_note_round_trips_and_a_bad_one_is_ignored() -> None:
+    assert budget.parse_note(budget.format_note(40_000, 3)) == 40_000
+    assert budget.parse_note(None) is None
+    assert budget.parse_note(b"not json") is None
+    assert budget.parse_note(b'{"maxRecords": -1}') is None
+
+
+def test_running_out_of_time_is_most_of_the_timeout() -> None:
+    assert budget.ran_out_of_time(59.0, 60_000)
+    assert not budget.ran_out_of_time(20.0, 60_000)
+
+
+def test_only_an_exactly_once_kafka_sink_caps_the_jobs_kafka_sources() -> None:
+    from job_runtime.query.pipeline import exactly_once_source_cap
+    from streamjob_contract.jobdef import Sink, Source
+
+    kafka = {"bootstrapServers": "broker:9092", "topic": "out"}
+    sources = [Source.model_validate({"name": n, "kind": "kafka", "options": {"subscribe": n}}) for n in ("a", "b")]
+    rate = [Source.model_validate({"name": "r", "kind": "rate"})]
+    exactly_once = Sink.model_validate({"kind": "kafka", "kafka": kafka})
+    longer = Sink.model_validate({"kind": "kafka", "kafka": {**kafka, "transactionTimeoutMs": 120_000}})
+    at_least_once = Sink.model_validate({"kind": "kafka", "kafka": {**kafka, "delivery": "atLeastOnce"}})
+    assert exactly_once_source_cap(exactly_once, sources, None) == 150_000  # 300,000 shared by two sources
+    assert exactly_once_source_cap(longer, sources[:1], None) == 600_000
+    assert exactly_once_source_cap(exactly_once, rate, None) == 300_000  # nothing to cap: open_source caps Kafka only
+    assert exactly_once_source_cap(at_least_once, sources, None) is None
+    assert exactly_once_source_cap(None, sources, None) is None
