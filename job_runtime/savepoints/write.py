@@ -118,6 +118,7 @@ def write_savepoint(
         watermark_ms = ckpt.parse_commit_log(src.read_bytes(f"commits/{batch_id}").decode("utf-8", "replace"))
 
     _claim_target(dst, savepoint_uri, job_namespace, job_name)
+    testhooks.reached("savepoint-planned")
     digests = Transfer(src, dst, config, client, "savepoint").run(files)
     keep = {f.path for f in files} | {IN_PROGRESS_MARKER}
     stale = [f.path for f in dst.list() if f.path not in keep]
