@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from job_runtime.kafka import auth as kafka_auth
+from job_runtime.kafka.marker_copy import DurableMarker
 from job_runtime import testhooks
 from streamjob_contract.jobdef import Delivery, KafkaSink
 
@@ -212,6 +213,7 @@ class ExactlyOnceKafkaWriter:
         self._producer: Any = None
         self._marker_consumer: Any = None
         self._replay_until: int | None = None
+        self._copy = DurableMarker(self.fence.store if self.fence is not None else None, self.group)  # outlives the group
 
     def _where(self) -> str:
         return f"brokers {self.kafka.bootstrap_servers} topic {self.kafka.topic}"
@@ -247,6 +249,7 @@ class ExactlyOnceKafkaWriter:
     def start(self) -> None:
         """Before the query plans: fence the previous driver's producer, and learn the replay an explicit restore allows."""
         self._ensure_clients()
+        self._copy.reconcile(self.marker())  # the previous driver's transaction is settled now (init_transactions)
         store = self.fence.store if self.fence is not None else None
         if self.restored:
             last = self.marker()
@@ -273,7 +276,7 @@ class ExactlyOnceKafkaWriter:
                     raise KafkaSinkError(f"sink.kafka ({self._where()}): cannot read the committed-batch marker: {err.args[0]}") from None
                 log.info("retrying the committed-batch marker read reason=%s", err.args[0].name())
                 time.sleep(0.5)
-        return Marker.parse(committed[0].offset, committed[0].metadata)
+        return Marker.parse(*self._copy.resolve(committed[0].offset, committed[0].metadata))  # the copy when expired
 
     def input_digest(self, batch: "DataFrame", batch_id: int) -> str:
         spark = batch.sparkSession
@@ -318,7 +321,9 @@ class ExactlyOnceKafkaWriter:
             producer.send_offsets_to_transaction(marker, self._marker_consumer.consumer_group_metadata(), timeout)
             testhooks.reached("kafka-before-commit")
             self._check_fence(f"batch {batch_id}, before its Kafka commit")
+            self._copy.record_pending(last, Marker(batch_id, digest))
             producer.commit_transaction(timeout)
+            self._copy.record_committed(Marker(batch_id, digest))
         except KafkaException as err:
             self._abort()
             raise KafkaSinkError(f"sink.kafka ({self._where()}): batch {batch_id} not published: {err.args[0]}") from None
