@@ -119,8 +119,9 @@ def fallback(copy: MarkerCopy | None, group: str, pending_in_commit_log: bool) -
         f"offsets.retention.minutes), and its copy in the checkpoint ({COPY_FILE}) cannot tell whether batch "
         f"{copy.pending.batch_id} was published: a driver stopped between its Kafka commit and the copy's update, and "
         f"no driver started on this checkpoint before the group expired. The last batch known published is "
-        f"{copy.committed.batch_id if copy.committed else 'none'}. Nothing was published; an explicit restore from "
-        "a savepoint (--restore-from) publishes from there again (docs/delivery.md, \"Long-lived edges\")"
+        f"{copy.committed.batch_id if copy.committed else 'none'}. Nothing was published. To go on, decide: remove "
+        f"\"pending\" from {COPY_FILE} to publish batch {copy.pending.batch_id} (twice, if it had been), or make it "
+        "\"committed\" to skip it (lost, if it had not been) (docs/delivery.md, \"Long-lived edges\")"
     )
 
 

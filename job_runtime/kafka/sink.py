@@ -40,6 +40,10 @@ before a transaction begins and again before it commits. Rows are produced by
 the driver (one producer, one transaction per batch). Broker and topic are
 named in every error.
 
+The broker expires the group's offsets `offsets.retention.minutes` after the last
+commit (the group has no members): the marker has a copy in the checkpoint, written
+around each Kafka commit and read when the group has none (job_runtime.kafka.marker_copy).
+
 A marker *ahead* of the batch (naming a later batch, or this batch with other
 input) means a publish would repeat what the job published already: an error
 (KafkaSinkError naming both batches), never a publish. The one exception is a
