@@ -11,7 +11,7 @@ complete, and a job restored from it must go on exactly: the first job's output 
 savepoint's batch plus the restored job's output equals the reference.
 
 The session job (examples/jobs/session.yaml) on the RocksDB state store with changelog
-checkpointing; a snapshot every 2 versions (minDeltasForSnapshot) uploaded by maintenance every 5 s
+checkpointing, a batch every 3 s; a snapshot every 2 versions (minDeltasForSnapshot) uploaded by maintenance every 5 s
 (runtime_harness.TEST_CONF), so the checkpoint holds snapshots mid-stream.
 """
 
@@ -56,6 +56,7 @@ def delete_as_maintenance_would(checkpoint: Path, committed: int) -> list[Path]:
             if version < base:
                 for f in files:
                     f.unlink()
+                    f.with_name(f".{f.name}.crc").unlink(missing_ok=True)  # Hadoop's local checksum goes with it
                     deleted.append(f)
     return deleted
 
@@ -67,7 +68,7 @@ def test_maintenance_deleting_old_versions_mid_savepoint_then_exact_restore(
     first = RuntimeProcess(
         tmp_path / "first",
         run_args(example_job("session", events.directory, out1, tmp_path / "job1.json"), ckpt1.as_uri(),
-                 trigger="2 seconds", extra=("--savepoint-location", tmp_path.as_uri(), *SNAPSHOT_EVERY_2)),
+                 trigger="3 seconds", extra=("--savepoint-location", tmp_path.as_uri(), *SNAPSHOT_EVERY_2)),
         env=runtime_env(pause_env([PLANNED], pauses)),
         label="first",
     )
