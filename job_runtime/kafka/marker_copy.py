@@ -102,18 +102,23 @@ class MarkerCopy:
         return cls(str(body["group"]), one(body.get("committed")), one(body.get("pending")))
 
 
-def fallback(copy: MarkerCopy | None, group: str, pending_in_commit_log: bool) -> Offset | None:
+def fallback(copy: MarkerCopy | None, group: str, pending_in_commit_log: bool, replaying_before_pending: bool = False) -> Offset | None:
     """Pure: the marker when the group has no committed offset, from the copy.
 
     No copy, or a copy of another job's group (a savepoint restored by another job): None,
     as the group says. A pending batch Spark committed (``pending_in_commit_log``) was
-    published; one it did not may or may not have been: ``MarkerUnknownError``."""
+    published. A restore whose checkpoint never planned the pending batch
+    (``replaying_before_pending``: a savepoint taken while that batch's transaction was
+    open) replays from the savepoint anyway: the batch known published is its marker.
+    Otherwise a pending batch may or may not have been published: ``MarkerUnknownError``."""
     if copy is None or copy.group != group:
         return None
     if copy.pending is None:
         return copy.committed
     if pending_in_commit_log:
         return copy.pending
+    if replaying_before_pending:
+        return copy.committed
     raise MarkerUnknownError(
         f"sink.kafka: the marker of consumer group {group} is gone (expired after the broker's "
         f"offsets.retention.minutes), and its copy in the checkpoint ({COPY_FILE}) cannot tell whether batch "
@@ -128,9 +133,10 @@ def fallback(copy: MarkerCopy | None, group: str, pending_in_commit_log: bool) -
 class DurableMarker:
     """The copy file in one checkpoint (``store``), for one marker group. Inert without a store."""
 
-    def __init__(self, store: "Store | None", group: str) -> None:
+    def __init__(self, store: "Store | None", group: str, restoring: bool = False) -> None:
         self.store = store
         self.group = group
+        self.restoring = restoring  # this start restored a savepoint: it replays from there (job_runtime.kafka.sink)
 
     def read(self) -> MarkerCopy | None:
         if self.store is None or not self.store.exists(COPY_FILE):
@@ -142,8 +148,10 @@ class DurableMarker:
         if (offset is not None and offset >= 0) or self.store is None:
             return offset, metadata
         copy = self.read()
-        pending_done = copy is not None and copy.pending is not None and self.store.exists(f"commits/{copy.pending.batch_id}")
-        found = fallback(copy, self.group, pending_done)
+        pending = copy.pending.batch_id if copy is not None and copy.pending is not None else None
+        done = pending is not None and self.store.exists(f"commits/{pending}")
+        before = pending is not None and self.restoring and not self.store.exists(f"offsets/{pending}")
+        found = fallback(copy, self.group, done, before)
         if found is None:
             return offset, metadata
         log.warning("read the committed-batch marker from its copy markerGroup=%s batchId=%s reason=the group has "

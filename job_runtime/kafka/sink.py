@@ -217,7 +217,7 @@ class ExactlyOnceKafkaWriter:
         self._producer: Any = None
         self._marker_consumer: Any = None
         self._replay_until: int | None = None
-        self._copy = DurableMarker(self.fence.store if self.fence is not None else None, self.group)  # outlives the group
+        self._copy = DurableMarker(self.fence.store if self.fence is not None else None, self.group, self.restored)  # outlives the group
 
     def _where(self) -> str:
         return f"brokers {self.kafka.bootstrap_servers} topic {self.kafka.topic}"

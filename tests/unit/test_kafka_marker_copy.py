@@ -16,17 +16,19 @@ M4, M5 = Offset.of(Marker(4, "d4")), Offset.of(Marker(5, "d5"))
 
 
 @pytest.mark.parametrize(
-    ("copy", "pending_committed_in_spark", "expected"),
+    ("copy", "pending_committed_in_spark", "replaying_before_pending", "expected"),
     [
-        pytest.param(None, False, None, id="no-copy-nothing-published"),
-        pytest.param(MarkerCopy(GROUP, M5), False, M5, id="settled-copy-is-the-marker"),
-        pytest.param(MarkerCopy("streamjob-sink.ns.other", M5), False, None, id="another-jobs-copy-is-not-ours"),
-        pytest.param(MarkerCopy(GROUP, M4, M5), True, M5, id="pending-batch-spark-committed-was-published"),
-        pytest.param(MarkerCopy(GROUP, None, M4), True, M4, id="first-batch-pending-then-committed"),
+        pytest.param(None, False, False, None, id="no-copy-nothing-published"),
+        pytest.param(MarkerCopy(GROUP, M5), False, False, M5, id="settled-copy-is-the-marker"),
+        pytest.param(MarkerCopy("streamjob-sink.ns.other", M5), False, False, None, id="another-jobs-copy-is-not-ours"),
+        pytest.param(MarkerCopy(GROUP, M4, M5), True, False, M5, id="pending-batch-spark-committed-was-published"),
+        pytest.param(MarkerCopy(GROUP, None, M4), True, False, M4, id="first-batch-pending-then-committed"),
+        pytest.param(MarkerCopy(GROUP, M4, M5), False, True, M4, id="restore-of-a-savepoint-from-before-the-pending-batch"),
     ],
 )
-def test_fallback(copy: MarkerCopy | None, pending_committed_in_spark: bool, expected: Offset | None) -> None:
-    assert fallback(copy, GROUP, pending_committed_in_spark) == expected
+def test_fallback(copy: MarkerCopy | None, pending_committed_in_spark: bool, replaying_before_pending: bool,
+                  expected: Offset | None) -> None:
+    assert fallback(copy, GROUP, pending_committed_in_spark, replaying_before_pending) == expected
 
 
 def test_a_pending_batch_nobody_can_settle_is_an_error_naming_it() -> None:
@@ -61,3 +63,8 @@ def test_the_protocol_on_a_checkpoint_directory(tmp_path: Path) -> None:
     copy.reconcile(Marker(1, "d1"))  # a start after the transaction of batch 2 was aborted (init_transactions)
     assert Marker.parse(*copy.resolve(-1001, None)) == Marker(1, "d1")
     assert DurableMarker(store, "streamjob-sink.ns.other").resolve(-1001, None) == (-1001, None)  # another job's copy
+
+    copy.record_pending(Marker(1, "d1"), Marker(2, "d2"))  # a savepoint taken now carries this copy, not offsets/2
+    with pytest.raises(MarkerUnknownError, match="batch 2"):
+        copy.resolve(-1001, None)
+    assert Marker.parse(*DurableMarker(store, GROUP, restoring=True).resolve(-1001, None)) == Marker(1, "d1")
