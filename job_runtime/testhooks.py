@@ -8,6 +8,7 @@ these variables. The kill tests (tests/runtime/test_runtime_kill_points.py) set:
 
     STREAMJOB_PAUSE_AT   points, one a line; this hook takes
                          "savepoint:<n>"  pause after the n-th file of a savepoint was copied
+                         "savepoint-planned:<n>"  the n-th savepoint listed its files, copied none
                          "restore:<n>"    pause after the n-th file of a restore was copied
                          "kafka-before-commit:<n>"  the Kafka sink's n-th transaction, sent, not committed
                          "kafka-after-commit:<n>"   the n-th transaction committed, before Spark's commit log
@@ -15,7 +16,9 @@ these variables. The kill tests (tests/runtime/test_runtime_kill_points.py) set:
                          belong to the test's JVM hook, tests/runtime/pausepoint/)
     STREAMJOB_PAUSE_DIR  where "paused-<line number>" is written when a point is reached
 
-The pausing thread writes the marker and blocks for good: only the kill ends it.
+The pausing thread writes the marker and blocks until the kill, or until the test writes
+"resume-<line number>" in STREAMJOB_PAUSE_DIR (a test that acts at the instant, then lets
+the runtime go on: say, deletes what Spark's state maintenance would, mid-savepoint).
 
     STREAMJOB_FAIL_AT    points, one a line, where ``fail`` raises ``InjectedFault``:
                          "savepoint-manifest-put:<n>"       the n-th savepoint's manifest PUT fails
@@ -74,5 +77,6 @@ def reached(point: str) -> None:
     tmp = directory / f"{marker}.tmp"
     tmp.write_text(f"{spec}\n")
     tmp.replace(directory / marker)
-    while True:
-        time.sleep(60)
+    resume = directory / f"resume-{lines.index(spec)}"
+    while not resume.exists():
+        time.sleep(0.2)

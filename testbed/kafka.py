@@ -58,7 +58,7 @@ def _sasl_settings(sasl_users: Mapping[str, str]) -> dict[str, str]:
 
 
 def _properties(node_dir: Path, broker_port: int, controller_port: int, sasl_port: int | None = None,
-                sasl_users: Mapping[str, str] | None = None) -> str:
+                sasl_users: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None) -> str:
     listeners = f"PLAINTEXT://127.0.0.1:{broker_port}"
     if sasl_port is not None:
         listeners += f",SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
@@ -86,6 +86,7 @@ def _properties(node_dir: Path, broker_port: int, controller_port: int, sasl_por
         # the broker's default (15 minutes): a sink asking for more is refused
         "transaction.max.timeout.ms": "900000",
         **(_sasl_settings(sasl_users) if sasl_port is not None and sasl_users else {}),
+        **(overrides or {}),
     }
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
@@ -145,12 +146,13 @@ def cluster_id() -> str:
 
 
 def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, preferred_port: int | None = None,
-                sasl_users: Mapping[str, str] | None = None) -> KafkaBroker:
+                sasl_users: Mapping[str, str] | None = None, settings: Mapping[str, str] | None = None) -> KafkaBroker:
     """Formats a fresh KRaft log directory under `node_dir` and starts the node on free ports
     (the broker listener on `preferred_port` when it is free: the dev examples name 127.0.0.1:9092).
     With `sasl_users` (name -> password) it also opens a SASL_PLAINTEXT listener on loopback that
     authenticates them with PLAIN (`KafkaBroker.sasl_bootstrap`); no authorizer, so an authenticated
-    user may do anything."""
+    user may do anything. `settings` are server.properties entries over the defaults (a test's
+    own broker: say, a short offsets.retention.minutes)."""
     java = shutil.which("java")
     if java is None:
         raise ComponentError("java is not on PATH (the Kafka broker needs Java 17)")
@@ -170,7 +172,7 @@ def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, prefe
         chosen["controller"] = free_port()
         if sasl_users:
             chosen["sasl"] = free_port()
-        config.write_text(_properties(node_dir, chosen["broker"], chosen["controller"], chosen.get("sasl"), sasl_users))
+        config.write_text(_properties(node_dir, chosen["broker"], chosen["controller"], chosen.get("sasl"), sasl_users, settings))
         if not formatted:
             done = subprocess.run(
                 [java, HEAP, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config)],

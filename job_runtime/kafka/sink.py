@@ -45,6 +45,10 @@ most the batch cap (derived from transactionTimeoutMs), a batch planned over it
 and never published is planned again at start (job_runtime.kafka.replan), and a
 transaction that ran out of time halves the cap for its checkpoint.
 
+The broker expires the group's offsets `offsets.retention.minutes` after the last
+commit (the group has no members): the marker has a copy in the checkpoint, written
+around each Kafka commit and read when the group has none (job_runtime.kafka.marker_copy).
+
 A marker *ahead* of the batch (naming a later batch, or this batch with other
 input) means a publish would repeat what the job published already: an error
 (KafkaSinkError naming both batches), never a publish. The one exception is a
@@ -65,6 +69,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from job_runtime import testhooks
 from job_runtime.kafka import auth as kafka_auth
 from job_runtime.kafka import budget
+from job_runtime.kafka.marker_copy import DurableMarker
 from job_runtime.kafka.marker import KafkaSinkError, Marker, batch_input_digest, publish_decision
 from job_runtime.kafka.replan import planned_batch, read_offset_log, replan_planned_batch
 from streamjob_contract.jobdef import Delivery, KafkaSink
@@ -153,6 +158,7 @@ class ExactlyOnceKafkaWriter:
         self._producer: Any = None
         self._marker_consumer: Any = None
         self._replay_until: int | None = None
+        self._copy = DurableMarker(self.fence.store if self.fence is not None else None, self.group, self.restored)  # outlives the group
 
     def _where(self) -> str:
         return f"brokers {self.kafka.bootstrap_servers} topic {self.kafka.topic}"
@@ -192,6 +198,7 @@ class ExactlyOnceKafkaWriter:
         """Before the query plans: fence the previous driver's producer, learn the replay an explicit restore
         allows, and drop the plan of a batch over the cap that was never published (job_runtime.kafka.replan)."""
         self._ensure_clients()
+        self._copy.reconcile(self.marker())  # the previous driver's transaction is settled now (init_transactions)
         store = self.fence.store if self.fence is not None else None
         last = self.marker() if self.restored or (spark is not None and self.replan) else None
         if self.restored:
@@ -224,7 +231,7 @@ class ExactlyOnceKafkaWriter:
                     raise KafkaSinkError(f"sink.kafka ({self._where()}): cannot read the committed-batch marker: {err.args[0]}") from None
                 log.info("retrying the committed-batch marker read reason=%s", err.args[0].name())
                 time.sleep(0.5)
-        return Marker.parse(committed[0].offset, committed[0].metadata)
+        return Marker.parse(*self._copy.resolve(committed[0].offset, committed[0].metadata))  # the copy when expired
 
     def input_digest(self, batch: "DataFrame", batch_id: int) -> str:
         spark = batch.sparkSession
@@ -271,7 +278,9 @@ class ExactlyOnceKafkaWriter:
             producer.send_offsets_to_transaction(marker, self._marker_consumer.consumer_group_metadata(), timeout)
             testhooks.reached("kafka-before-commit")
             self._check_fence(f"batch {batch_id}, before its Kafka commit")
+            self._copy.record_pending(last, Marker(batch_id, digest))
             producer.commit_transaction(timeout)
+            self._copy.record_committed(Marker(batch_id, digest))
         except KafkaException as err:
             self._abort()
             self._note_if_out_of_time(batch, batch_id, count, time.monotonic() - opened)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from streamjob_contract import checkpoint as ckpt
@@ -28,28 +29,68 @@ from streamjob_contract.savepoint_manifest import (
 )
 from streamjob_contract.savepoints import client_for
 from job_runtime import testhooks
+from job_runtime.savepoints import needed
 from job_runtime.savepoints.transfer import Transfer
 
 log = logging.getLogger("job_runtime.savepoint")  # the name the log lines had before the split
 
 
-def _without_inflight_ssts(src: Store, files: list[StoredFile]) -> list[StoredFile]:
-    """Drops RocksDB SST files no chosen snapshot zip uses (see checkpoint.drop_unreferenced_ssts)."""
-    referenced: dict[str, set[str] | None] = {}
-    for f in files:
-        head, _, name = f.path.rpartition("/")
-        if head.startswith("state/") and name.endswith(".zip") and name[:-4].split("_")[0].isdigit():
-            names = ckpt.sst_files_of_snapshot(src.read_bytes(f.path))
-            if names is None:
-                referenced[head] = None
-            elif referenced.get(head, set()) is not None:
-                referenced[head] = (referenced.get(head) or set()) | names
-    # a partition with SSTs but no chosen zip rebuilds its state from changelogs alone
-    for f in files:
-        head, sep, _ = f.path.rpartition("/SSTs/")
-        if sep and head.startswith("state/"):
-            referenced.setdefault(head, set())
-    return ckpt.drop_unreferenced_ssts(files, referenced)
+ATTEMPTS = 3  # copies tried when a listed file vanished before it was read (state maintenance, log purges)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The files of one committed batch to copy, and what its manifest says of it."""
+
+    batch_id: int
+    files: list[StoredFile]
+    offsets: ckpt.OffsetLogEntry
+    watermark_ms: int | None
+
+
+def _plan(src: Store, checkpoint_location: str, batch_id: int | None, watermark_ms: int | None) -> _Plan:
+    """Lists the checkpoint and picks what a restore of ``batch_id`` (default: the latest committed) needs
+    (checkpoint.select_snapshot, then job_runtime.savepoints.needed)."""
+    listing = [f for f in src.list() if not ckpt.is_hidden(f.path)]
+    if batch_id is None:
+        batch_id = ckpt.latest_committed(f.path for f in listing)
+        if batch_id is None:
+            raise CheckpointSourceError(checkpoint_location, "no committed batch in commits/: nothing to savepoint yet")
+    try:
+        files = needed.restore_set(ckpt.select_snapshot(listing, batch_id), batch_id, src.read_bytes)
+        offsets = ckpt.parse_offset_log(
+            batch_id, src.read_bytes(f"offsets/{batch_id}").decode("utf-8", "replace"), f"offsets/{batch_id}"
+        )
+    except ckpt.CheckpointError as exc:
+        raise CheckpointSourceError(checkpoint_location, str(exc)) from exc
+    if watermark_ms is None:
+        watermark_ms = ckpt.parse_commit_log(src.read_bytes(f"commits/{batch_id}").decode("utf-8", "replace"))
+    return _Plan(batch_id, files, offsets, watermark_ms)
+
+
+def _partitions(plan: _Plan, asked: int | None, checkpoint_location: str, savepoint_uri: str) -> int:
+    """The state partitions the manifest records: the ones ``offsets/<batch>`` pins; another asked for is refused."""
+    pinned = plan.offsets.state_partitions
+    if asked is not None and pinned is not None and asked != pinned:
+        raise StatePartitionMismatchError(
+            savepoint_uri,
+            f"state partitions {asked} asked, but the checkpoint {checkpoint_location} pins {pinned} "
+            f"(offsets/{plan.batch_id} conf spark.sql.shuffle.partitions)",
+        )
+    partitions = asked or pinned
+    if partitions is None:
+        raise CheckpointSourceError(
+            checkpoint_location, f"offsets/{plan.batch_id} pins no spark.sql.shuffle.partitions and none was given"
+        )
+    return partitions
+
+
+def _vanished(exc: BaseException) -> bool:
+    """A source file listed, then deleted before it was read (local, or S3's NoSuchKey / 404)."""
+    if isinstance(exc, FileNotFoundError):
+        return True
+    code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+    return code in ("NoSuchKey", "404", "NotFound")
 
 
 def write_savepoint(
@@ -85,40 +126,25 @@ def write_savepoint(
     config, client = client_for(src_loc, dst_loc, s3_config=s3_config)
     src, dst = Store(src_loc, client), Store(dst_loc, client)
 
-    listing = [f for f in src.list() if not ckpt.is_hidden(f.path)]
-    if batch_id is None:
-        batch_id = ckpt.latest_committed(f.path for f in listing)
-        if batch_id is None:
-            raise CheckpointSourceError(checkpoint_location, "no committed batch in commits/: nothing to savepoint yet")
-    try:
-        files = ckpt.select_snapshot(listing, batch_id)
-    except ckpt.CheckpointError as exc:
-        raise CheckpointSourceError(checkpoint_location, str(exc)) from exc
-    files = _without_inflight_ssts(src, files)
-
-    try:
-        offsets = ckpt.parse_offset_log(
-            batch_id, src.read_bytes(f"offsets/{batch_id}").decode("utf-8", "replace"), f"offsets/{batch_id}"
-        )
-    except ckpt.CheckpointError as exc:
-        raise CheckpointSourceError(checkpoint_location, str(exc)) from exc
-    pinned = offsets.state_partitions
-    if state_partitions is not None and pinned is not None and state_partitions != pinned:
-        raise StatePartitionMismatchError(
-            savepoint_uri,
-            f"state partitions {state_partitions} asked, but the checkpoint {checkpoint_location} pins {pinned} "
-            f"(offsets/{batch_id} conf spark.sql.shuffle.partitions)",
-        )
-    partitions = state_partitions or pinned
-    if partitions is None:
-        raise CheckpointSourceError(
-            checkpoint_location, f"offsets/{batch_id} pins no spark.sql.shuffle.partitions and none was given"
-        )
-    if watermark_ms is None:
-        watermark_ms = ckpt.parse_commit_log(src.read_bytes(f"commits/{batch_id}").decode("utf-8", "replace"))
-
-    _claim_target(dst, savepoint_uri, job_namespace, job_name)
-    digests = Transfer(src, dst, config, client, "savepoint").run(files)
+    claimed = False
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            plan = _plan(src, checkpoint_location, batch_id, watermark_ms)
+            partitions = _partitions(plan, state_partitions, checkpoint_location, savepoint_uri)
+            if not claimed:
+                _claim_target(dst, savepoint_uri, job_namespace, job_name)
+                claimed = True
+            testhooks.reached("savepoint-planned")
+            digests = Transfer(src, dst, config, client, "savepoint").run(plan.files)
+            break
+        except Exception as exc:
+            if not _vanished(exc) or attempt == ATTEMPTS:
+                raise
+            # Spark deleted a file between the listing and its read (state maintenance, log purges):
+            # a fresh listing picks what a restore needs now (the batch asked for, else the latest)
+            log.warning("Listing the checkpoint again for savepoint uri=%s attempt=%d reason=a listed file vanished: %s",
+                        savepoint_uri, attempt, exc)
+    files, batch_id = plan.files, plan.batch_id
     keep = {f.path for f in files} | {IN_PROGRESS_MARKER}
     stale = [f.path for f in dst.list() if f.path not in keep]
     if stale:
@@ -129,9 +155,9 @@ def write_savepoint(
         job_hash=job_hash,
         spark_version=spark_version,
         state_partitions=partitions,
-        state_store_provider=offsets.state_store_provider,
+        state_store_provider=plan.offsets.state_store_provider,
         batch_id=batch_id,
-        watermark_ms=watermark_ms,
+        watermark_ms=plan.watermark_ms,
         created_at=now(),
         source_checkpoint=checkpoint_location,
         files=((f.path, f.size, digests[f.path]) for f in files),

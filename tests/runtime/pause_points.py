@@ -53,7 +53,7 @@ class PausePoint:
 def pause_env(points: list[PausePoint], pause_dir: Path, delegate: str | None = None) -> dict[str, str]:
     """The environment that arms `points` (point i writes <pause_dir>/paused-i when reached)."""
     pause_dir.mkdir(parents=True, exist_ok=True)
-    for old in pause_dir.glob("paused-*"):
+    for old in [*pause_dir.glob("paused-*"), *pause_dir.glob("resume-*")]:
         old.unlink()
     env = {"STREAMJOB_PAUSE_AT": "\n".join(p.spec for p in points), "STREAMJOB_PAUSE_DIR": str(pause_dir)}
     if delegate:

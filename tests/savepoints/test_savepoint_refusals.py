@@ -34,7 +34,8 @@ def _key(uri: str, relative: str) -> tuple[str, str]:
 
 
 def _a_state_file(manifest: sp.Manifest) -> sp.ManifestFile:
-    return next(f for f in manifest.files if f.path.endswith(".changelog"))
+    # a changelog, or the snapshot zip a restore starts from (a savepoint holds no older changelog then)
+    return next(f for f in manifest.files if f.path.startswith("state/") and f.path.endswith((".changelog", ".zip")))
 
 
 def _restore_refused(uri: str, s3_config: S3Config, tmp_path: Path, error: type[Exception]) -> str:
@@ -144,11 +145,12 @@ def test_unfinished_restore_of_the_same_savepoint_is_redone(
     sp.restore_savepoint(s3_prefix, f"file://{target}", expected_state_partitions=STATE_PARTITIONS, s3_config=s3_config)
     # A restore killed after copying commits but before it finished leaves its marker.
     (target / sp.RESTORE_MARKER).write_text(json.dumps({"savepoint": s3_prefix}))
-    (target / "state" / "0" / "0" / "1.changelog").unlink()
+    state_file = target / _a_state_file(savepoint).path
+    state_file.unlink()
 
     sp.restore_savepoint(s3_prefix, f"file://{target}", expected_state_partitions=STATE_PARTITIONS, s3_config=s3_config)
     assert not (target / sp.RESTORE_MARKER).exists()
-    assert (target / "state" / "0" / "0" / "1.changelog").exists()
+    assert state_file.exists()
 
 
 def test_checkpoint_without_commits_has_nothing_to_savepoint(s3_config: S3Config, s3_prefix: str, tmp_path: Path) -> None:
