@@ -436,11 +436,16 @@ def assert_runs_in_image(core: client.CoreV1Api, namespace: str, pod: str, uid: 
 
 def kill_driver_process(testbed: TestBed, namespace: str, pod: str) -> None:
     """SIGKILL the driver's process group, as an OOM kill would (the pod then fails with 137)."""
+    signal_driver_process(testbed, namespace, pod, signal.SIGKILL)
+
+
+def signal_driver_process(testbed: TestBed, namespace: str, pod: str, sig: signal.Signals) -> None:
+    """Sends ``sig`` to the driver's process group on the test bed's node (SIGSTOP: a frozen driver, as on a lost node)."""
     pid = int((testbed.pod_log_dir(namespace, pod) / "pid").read_text().strip())
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, sig)
     except ProcessLookupError:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, sig)
 
 
 def output_values(s3: Any, prefix: str) -> list[int]:

@@ -14,24 +14,22 @@ docs/benchmarks/node-loss.md (benchmarks/node_loss.py), not asserted here.
 
 from __future__ import annotations
 
-import os
 import signal
 from typing import Any
 
 from testbed import TestBed
 
-from streamjob_e2e import DriverCounter, Jobs, Operator, assert_exactly_once, output_values, rate_job
+from streamjob_e2e import (
+    DriverCounter,
+    Jobs,
+    Operator,
+    assert_exactly_once,
+    output_values,
+    rate_job,
+    signal_driver_process,
+)
 
 UNREACHABLE_SECONDS = 15
-
-
-def freeze_driver_process(testbed: TestBed, namespace: str, pod: str) -> None:
-    """SIGSTOP the driver's process group: alive, holding its sockets, answering nothing."""
-    pid = int((testbed.pod_log_dir(namespace, pod) / "pid").read_text().strip())
-    try:
-        os.killpg(pid, signal.SIGSTOP)
-    except ProcessLookupError:
-        os.kill(pid, signal.SIGSTOP)
 
 
 def test_a_frozen_driver_is_replaced_after_driver_unreachable_seconds_and_the_output_stays_exactly_once(
@@ -44,7 +42,7 @@ def test_a_frozen_driver_is_replaced_after_driver_unreachable_seconds_and_the_ou
     jobs.wait_ready("lost", driverPod="lost-driver-1")
     before = jobs.wait("lost", "a completed checkpoint", lambda st: (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 2)
 
-    freeze_driver_process(testbed, namespace, "lost-driver-1")
+    signal_driver_process(testbed, namespace, "lost-driver-1", signal.SIGSTOP)  # alive, holding its sockets, answering nothing
     replaced = jobs.wait_ready("lost", driverPod="lost-driver-2", timeout=240)
     assert replaced["totalRestarts"] == 1 and replaced["checkpointLocation"] == before["checkpointLocation"]
     unreachable = jobs.wait_event("lost", "DriverUnreachable")
