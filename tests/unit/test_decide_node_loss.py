@@ -88,3 +88,15 @@ CASES = [
 @pytest.mark.parametrize(("spec", "status", "observations", "expect"), CASES)
 def test_decide_node_loss(spec: Any, status: StreamJobStatus, observations: Observations, expect: Expect) -> None:
     check(decide(spec, status, observations, NOW), expect)
+
+
+def test_the_default_is_half_a_minute_and_the_crd_says_so() -> None:
+    """The documented default (docs/operations.md, "Lost node") is what a spec without the field gets, at apply too."""
+    import yaml
+    from pathlib import Path
+
+    assert make_spec().restart_policy.driver_unreachable_seconds == 30
+    crd = yaml.safe_load((Path(__file__).resolve().parents[2] / "crds" / "streamjob.io_streamjobs.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    field = schema["restartPolicy"]["properties"]["driverUnreachableSeconds"]
+    assert (field["default"], field["minimum"], field["maximum"]) == (30, 0, 3600)
