@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -31,11 +30,11 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from kafka_bench import passthrough_job
 from runtime_bench import _stamp, runtime_command
+from report import machine, publish, reproduce
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "kafka"))
@@ -146,7 +145,6 @@ def main() -> None:
 
 
 def write_report(args: argparse.Namespace, runs: list[Run]) -> None:
-    import pyspark
 
     def of(delivery: str) -> list[Run]:
         return [r for r in runs if r.delivery == delivery]
@@ -189,18 +187,10 @@ The output is read back with `isolation.level=read_committed` and every key coun
 | **throughput ratio exactlyOnce / atLeastOnce** | **{alo_s / eo_s:.2f}** | |
 | **peak RSS ratio exactlyOnce / atLeastOnce** | **{eo_rss / alo_rss:.2f}** | |
 
-Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()},
-Spark {pyspark.__version__}. Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, load average at the end
-{os.getloadavg()[0]:.1f} (1 min) / {os.getloadavg()[2]:.1f} (15 min). The machine was shared with other work
-while this ran: read the ratios, not the seconds.
+{machine()}
 
-Reproduce (after `bash scripts/bootstrap.sh && source .streamjob-env`):
-
-    {command}
-"""
-    args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.write_text(report)
-    print(report)
+{reproduce(command)}"""
+    publish(args.report, report)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -33,13 +32,13 @@ import tempfile
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from runtime_bench import PARTITIONS, runtime_command, run_available_now
+from report import machine, publish, reproduce
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "kafka"))
@@ -199,8 +198,6 @@ def main() -> None:
 
 def write_report(args: argparse.Namespace, seconds: dict[str, list[float]], outputs: dict[str, list[int]],
                  latency: dict[str, list[float]]) -> None:
-    import pyspark
-
     eo, alo = (statistics.median(seconds[d]) for d in DELIVERIES)
     eo_rate, alo_rate = args.events / eo, args.events / alo
     same = len({n for d in DELIVERIES for n in outputs[d]}) == 1
@@ -254,20 +251,11 @@ With exactly-once, a record becomes visible when its micro-batch's transaction c
 the wait for the next trigger, the batch, then the commit. With Spark's writer it is
 visible once acknowledged, within the batch.
 
-Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()},
-Spark {pyspark.__version__}, `local[2]`. Measured {datetime.now(timezone.utc):%Y-%m-%d}, load average at the end
-{os.getloadavg()[0]:.1f} (1 min) / {os.getloadavg()[2]:.1f} (15 min). The machine was shared with other
-work while this ran, so absolute figures are noisy; the alternating runs are what make the
-ratio fair, and when the runs of one mode spread more than the two modes differ, read the
-ratio as "no measurable difference", not as one mode being faster.
+{machine()} When the runs of one mode spread more than the two modes differ,
+read the ratio as "no measurable difference", not as one mode being faster.
 
-Reproduce (after `bash scripts/bootstrap.sh && source .streamjob-env`):
-
-    {command}
-"""
-    args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.write_text(report)
-    print(report)
+{reproduce(command)}"""
+    publish(args.report, report)
 
 
 if __name__ == "__main__":

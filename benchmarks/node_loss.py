@@ -21,7 +21,6 @@ control plane is cut off). docs/operations.md gives that path's arithmetic.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -34,20 +33,12 @@ from typing import Any
 
 from kubernetes import client
 
-from operator_bench import NS, REPO, bench_operator, bench_spec, commit_times, pod_created, status, wait
+from operator_bench import NS, bench_main, bench_spec, commit_times, pod_created, status, wait
 from testbed import TestBed
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--report", type=Path, default=REPO / "docs" / "benchmarks" / "node-loss.md")
-    args = parser.parse_args()
-    with bench_operator() as (bed, core, custom, s3):
-        results = run(bed, core, custom, s3, args.rounds)
-    write_report(args.report, results)
-    print(json.dumps(results, indent=2))
-    return 0
+    return bench_main(__doc__.splitlines()[0], "node-loss.md", run, write_report)
 
 
 def first_new_batch(s3: Any, location: str, after_batch: int) -> float:

@@ -23,7 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -65,17 +65,23 @@ def wait(probe: Any, timeout: float, what: str) -> Any:
     raise TimeoutError(what)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def bench_main(description: str, report: str, measure: Callable[..., dict[str, Any]],
+               write: Callable[[Path, dict[str, Any]], None]) -> int:
+    """A benchmark of this family: ``--rounds`` rounds of ``measure(bed, core, custom, s3, rounds)`` against one
+    operator on one test bed, the results written by ``write`` to docs/benchmarks/``report``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--report", type=Path, default=REPO / "docs" / "benchmarks" / "operator.md")
+    parser.add_argument("--report", type=Path, default=REPO / "docs" / "benchmarks" / report)
     args = parser.parse_args()
-
     with bench_operator() as (bed, core, custom, s3):
-        results = run(bed, core, custom, s3, args.rounds)
-    write_report(args.report, results)
+        results = measure(bed, core, custom, s3, args.rounds)
+    write(args.report, results)
     print(json.dumps(results, indent=2))
     return 0
+
+
+def main() -> int:
+    return bench_main(__doc__.splitlines()[0], "operator.md", run, write_report)
 
 
 @contextmanager

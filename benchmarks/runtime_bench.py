@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import re
 import statistics
@@ -34,6 +33,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from report import machine, publish, reproduce
 
 REPO = Path(__file__).resolve().parent.parent
 REPORT = REPO / "docs" / "benchmarks" / "runtime.md"
@@ -176,7 +176,6 @@ def main() -> None:
 
     rt, pl = statistics.median(runtime_s), statistics.median(plain_s)
     rt_rate, pl_rate = rows / rt, rows / pl
-    import pyspark
 
     command = (
         f"python benchmarks/runtime_bench.py --files {args.files} --rows-per-file {args.rows_per_file} --repeat {args.repeat}"
@@ -204,18 +203,10 @@ end by polling every 0.5 s, which counts against it). The ratio is runtime / pla
 Input: {args.files} files x {args.rows_per_file:,} rows = {rows:,} rows, 2,000 users.
 Both produced the same number of output rows: {"yes" if same else "NO"}.
 
-Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()},
-Spark {pyspark.__version__}, `local[2]`. Measured {datetime.now(timezone.utc):%Y-%m-%d}.
-The machine was shared with other work while this ran, so absolute figures are
-noisy; the alternating runs are what make the ratio fair.
+{machine()}
 
-Reproduce:
-
-    {command}
-"""
-    args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.write_text(report)
-    print(report)
+{reproduce(command)}"""
+    publish(args.report, report)
 
 
 if __name__ == "__main__":
