@@ -22,6 +22,7 @@ from test_decide import (
     READY,
     UPGRADE_SP,
     Expect,
+    NOW,
     T0,
     at,
     check,
@@ -196,6 +197,4 @@ CASES = [
 
 @pytest.mark.parametrize(("spec", "status", "observations", "expect"), CASES)
 def test_decide_lineage(spec: StreamJobSpec, status: StreamJobStatus, observations: Observations, expect: Expect) -> None:
-    from test_decide import NOW
-
-    check(decide(spec, status, observations, NOW), expect)
+    check(decide(spec, status, observations, NOW), expect)  # check asserts each expected field (test_decide.check)
