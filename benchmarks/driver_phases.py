@@ -1,0 +1,73 @@
+"""Where a driver's start goes: the runtime's own log lines, timed, between its pod's creation and its first batches.
+
+The runtime logs each start-up step once (``job_runtime/run/runner.py`` ``_run``, in this order): the
+checkpoint's owner checked or claimed, the driver's epoch taken, the checkpoint listed and repaired,
+the state partitions checked, then the Spark session built and the query started. The first batch
+committed (and the first one the previous driver had not committed) come from the checkpoint's
+``commits/`` objects in S3, which the benchmark passes in. Log times are the driver's wall clock
+(``%(asctime)s``, milliseconds, UTC on the test bed), S3's are whole seconds: read tenths, not hundredths.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from datetime import datetime, timezone
+
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ \S+: (.*)$")
+
+# (phase key, what the reader is told the phase holds, the log message that ends it)
+PHASES = [
+    ("process", "pod created -> the runtime's first log line (container start, Python imports)", None),
+    ("checkpoint", "-> checkpoint checked (owner, epoch, listing and repair, state partitions; S3 calls)",
+     re.compile(r"^(claimed checkpoint|checked checkpoint|took checkpoint epoch|recovered checkpoint|checked state partitions"
+                r"|restored savepoint) ")),
+    ("query", "-> query started (JVM, Spark session, job's plan)", re.compile(r"^started query ")),
+    ("first_batch", "-> first batch committed (on a recovery: the batch the kill interrupted, re-run)", None),
+    ("new_batch", "-> first batch the previous driver had not committed", None),
+]
+
+
+def log_times(log: str) -> list[tuple[float, str]]:
+    """(epoch seconds, message) for each of the runtime's own log lines."""
+    out = []
+    for line in log.splitlines():
+        m = STAMP.match(line)
+        if m:
+            when = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=timezone.utc)
+            out.append((when.timestamp(), m.group(2)))
+    return out
+
+
+def breakdown(created: float, log: str, first_batch: float, new_batch: float) -> dict[str, float]:
+    """Seconds spent in each phase of PHASES (its end minus the previous one's); missing milestones are left out."""
+    lines = log_times(log)
+    ends: dict[str, float] = {"first_batch": first_batch, "new_batch": new_batch}
+    if lines:
+        ends["process"] = lines[0][0]
+    started = next((t for t, msg in lines if PHASES[2][2] and PHASES[2][2].match(msg)), None)
+    if started is not None:
+        ends["query"] = started
+        checks = [t for t, msg in lines if PHASES[1][2] and PHASES[1][2].match(msg) and t <= started]
+        if checks:
+            ends["checkpoint"] = checks[-1]  # the last check before the query: they run in a fixed order
+    out, previous = {}, created
+    for key, _, _ in PHASES:
+        if key in ends:
+            out[key] = max(0.0, ends[key] - previous)
+            previous = ends[key]
+    return out
+
+
+def table(columns: dict[str, list[dict[str, float]]]) -> str:
+    """A markdown table: one row per phase, one column per kind of start (medians over its rounds)."""
+    head = "| phase (seconds, medians) | " + " | ".join(columns) + " |\n| --- |" + " ---: |" * len(columns) + "\n"
+    rows = []
+    for key, label, _ in PHASES:
+        cells = []
+        for runs in columns.values():
+            values = [r[key] for r in runs if key in r]
+            cells.append(f"{statistics.median(values):.1f}" if values else "-")
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    totals = [f"{statistics.median([sum(r.values()) for r in runs]):.1f}" if runs else "-" for runs in columns.values()]
+    return head + "\n".join(rows) + "\n| **pod created -> first new batch** | " + " | ".join(totals) + " |\n"
