@@ -115,6 +115,10 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
                  "  s3: {region: $REGION, credentialsSecret: {name: s3-credentials}, endpoint: $SJ_S3_ENDPOINT, pathStyleAccess: true}",
                  "the bucket is on the test bed's S3, not AWS: its endpoint for pods (the s3 Service, testbed.podnet)",
                  count=2),
+    Substitution("  statePartitions: 8",
+                 "  statePartitions: 2",
+                 "one driver core runs every task here: each state partition is a RocksDB instance and a task per "
+                 "batch (test_real_node_job's choice too); 8 took minutes to the first batch under load", count=2),
     Substitution("  executor: {instances: 2, cores: 2, memory: 4g}",
                  "  executor: {instances: 0}",
                  "the node has 2 CPUs and the driver requests 1: two 2-core executors cannot be scheduled; "
