@@ -33,8 +33,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -202,7 +204,7 @@ def test_the_page_parser_sees_every_command_block_and_the_tables_match_it() -> N
 
 
 @pytest.fixture
-def page_images(real_bed: TestBed) -> object:
+def page_images(real_bed: TestBed) -> Iterator[None]:
     """The tags the page's steps give the images (in the image store and the node's containerd), removed after."""
     yield None
     assert real_bed.node is not None
@@ -216,7 +218,7 @@ def page_images(real_bed: TestBed) -> object:
                        capture_output=True, timeout=120)
 
 
-def test_run_it_on_your_cluster_takes_a_reader_to_a_ready_job_with_s3(real_bed: TestBed, page_images: object,
+def test_run_it_on_your_cluster_takes_a_reader_to_a_ready_job_with_s3(real_bed: TestBed, page_images: None,
                                                                      tmp_path: Path) -> None:
     assert real_bed.node is not None and real_bed.s3 is not None
     for image in (imagestore.runtime_image(), imagestore.operator_image()):
@@ -257,7 +259,7 @@ def test_run_it_on_your_cluster_takes_a_reader_to_a_ready_job_with_s3(real_bed: 
             assert returncode == 0, f"the page's commands failed (exit {returncode}):\n{log.read_text()[-8000:]}"
             custom = client.CustomObjectsApi(api)
 
-            def status() -> dict:
+            def status() -> dict[str, Any]:
                 return custom.get_namespaced_custom_object("streamjob.io", "v1alpha1", NAMESPACE, "streamjobs", "clicks")["status"]
 
             st = wait_for(lambda: (s := status()) and (s.get("lastCheckpoint") or {}).get("batchId", -1) >= 0 and s,
