@@ -9,7 +9,11 @@ read, retries) each of those reads held a thread for minutes, and a healthy job'
 driver kill waited for a free one. Here the healthy job's killed driver is replaced,
 and the replacement commits, while every thread has those jobs to serve.
 
-Before 42ebc254 (S3Limits) the operator made these reads with botocore's defaults.
+Before 42ebc254 (S3Limits) the operator made these reads with botocore's defaults. That
+operator (the parent of 42ebc254 has no --workers flag, so it was played by this one with
+--s3-connect-timeout-seconds 60 --s3-read-timeout-seconds 60 --s3-max-attempts 6
+--s3-unresponsive-seconds 0.001 and the Clients.s3_call of before the one-probe rule)
+failed this test where it should: ok-driver-2 was not recorded within 50 s of the kill.
 """
 
 from __future__ import annotations
@@ -95,12 +99,14 @@ def test_jobs_on_a_blackholed_s3_endpoint_do_not_delay_a_healthy_jobs_restart(
     started = time.monotonic()
     jobs.apply(rate_job("ok", testbed, prefix=f"e2e/{namespace}/ok",
                         restartPolicy={"type": "FixedDelay", "delaySeconds": 1, "maxRestarts": 5}))
+    jobs.wait_ready("ok", driverPod="ok-driver-1")
+    before = jobs.wait("ok", "a committed batch", lambda st: (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 1)
+
+    # then the tenants with the blackholed endpoint (before, they kept the healthy job from being seen ready at all)
     stuck = [f"stuck-{i}" for i in range(BLACKHOLED_JOBS)]
     for name in stuck:
         jobs.apply(rate_job(name, testbed, prefix=f"e2e/{namespace}/{name}", image="busybox:1.36",
                             s3={"endpoint": blackhole.endpoint}, restartPolicy={"type": "Never"}))
-    jobs.wait_ready("ok", driverPod="ok-driver-1")
-    before = jobs.wait("ok", "a committed batch", lambda st: (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 1)
 
     # every blackholed job's driver has exited, so each of its passes reads its checkpoint on the endpoint, and the
     # operator is calling it on every thread it has
