@@ -11,8 +11,10 @@ way out (spec.checkpoint.acceptBehindBatch set to the named batch, with restartN
 resumes the job from the empty checkpoint, and it commits again.
 
 Before c896a495 (the operator passed no batch, the runtime checked none) the restart
-claimed the empty location and started from batch 0: this test then fails waiting for
-Failed, the driver running fresh.
+claimed the empty location and started from batch 0. Run on its parent (0228dc0, this
+file and streamjob_e2e.py copied in), the test failed waiting for Failed: "timed out
+after 180s ... Failed", the job Running on behind-driver-2, "resuming checkpoint ... after
+batch 4" into the wiped location.
 """
 
 from __future__ import annotations
