@@ -291,16 +291,28 @@ class Clients:
         from botocore.exceptions import HTTPClientError  # read timeouts, connections closed mid-answer
 
         endpoint = config.endpoint_url or f"AWS S3 in {config.region or 'us-east-1'}"
+        limits = self.s3_limits
         with self._s3_guard:
-            until = self._s3_down.get(endpoint)
-        if until is not None and time.monotonic() < until:
-            raise S3Unresponsive(
-                f"S3 endpoint {endpoint} did not answer within {self.s3_limits.worst_case_seconds():g}s on an earlier call; "
-                f"not called again before {self.s3_limits.unresponsive_seconds:g}s have passed")
+            now, until = time.monotonic(), self._s3_down.get(endpoint)
+            if until is not None and now < until:
+                raise S3Unresponsive(
+                    f"S3 endpoint {endpoint} did not answer within {limits.worst_case_seconds():g}s on an earlier call; "
+                    f"not called again before {limits.unresponsive_seconds:g}s have passed, then by one call at a time")
+            # an endpoint that timed out before is tried again by this call alone: the other passes that want it skip it
+            # until this one is answered or times out, so it costs one bounded wait, not one per job on that endpoint
+            probing = until is not None
+            if probing:
+                self._s3_down[endpoint] = now + limits.worst_case_seconds()
+        answered = True
         try:
             return call()
         except (BotoConnectionError, HTTPClientError):  # timeouts, refused, DNS: the endpoint is not answering
+            answered = False
             with self._s3_guard:
-                self._s3_down[endpoint] = time.monotonic() + self.s3_limits.unresponsive_seconds
-            log.warning("S3 endpoint did not answer endpoint=%s unresponsiveSeconds=%g", endpoint, self.s3_limits.unresponsive_seconds)
+                self._s3_down[endpoint] = time.monotonic() + limits.unresponsive_seconds
+            log.warning("S3 endpoint did not answer endpoint=%s unresponsiveSeconds=%g", endpoint, limits.unresponsive_seconds)
             raise
+        finally:
+            if probing and answered:  # an answer, even an S3 error: the endpoint is back
+                with self._s3_guard:
+                    self._s3_down.pop(endpoint, None)

@@ -116,3 +116,41 @@ def test_a_job_without_credentials_secret_is_not_lent_the_operators_identity(
     config = opted_in.s3_config("tenant", job_spec(endpoint))
     assert opted_in.s3_call(config, lambda: latest_completed_batch("s3://tenant/checkpoints/wc", s3=config)) is None
     assert seen and all(OPERATOR_KEY in header for header in seen), seen  # the chart's opt-in: the operator's own key
+
+
+def test_after_the_pause_one_call_tries_the_endpoint_again_and_the_others_skip_it_meanwhile(blackhole: str) -> None:
+    # many jobs on one dead endpoint: when its pause ends, their passes must not all wait on it at once
+    limits = S3Limits(connect_timeout_seconds=0.5, read_timeout_seconds=1.0, max_attempts=1, unresponsive_seconds=0.3)
+    clients = Clients(api=None, s3_limits=limits)  # type: ignore[arg-type]
+    config = clients.s3_config("tenant", job_spec(blackhole))
+
+    def read() -> int | None:
+        return latest_completed_batch("s3://tenant/checkpoints/wc", s3=config)
+
+    with pytest.raises(Exception):
+        clients.s3_call(config, read)  # the endpoint times out: paused
+    time.sleep(limits.unresponsive_seconds)
+
+    entered, probed = threading.Event(), []
+
+    def probe() -> int | None:
+        entered.set()
+        return read()
+
+    def run_probe() -> None:
+        try:
+            clients.s3_call(config, probe)
+        except Exception as err:
+            probed.append(err)
+
+    thread = threading.Thread(target=run_probe)
+    thread.start()
+    assert entered.wait(10)
+    started = time.monotonic()
+    with pytest.raises(S3Unresponsive):  # before: this call went to the endpoint too, and waited out its timeouts
+        clients.s3_call(config, read)
+    assert time.monotonic() - started < 0.5
+    thread.join(10)
+    assert probed and not isinstance(probed[0], S3Unresponsive), probed  # the probe itself waited, and timed out
+    with pytest.raises(S3Unresponsive):  # paused again
+        clients.s3_call(config, read)
