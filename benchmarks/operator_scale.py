@@ -23,10 +23,10 @@ Design, and why:
   fixture (RUNNING, a batch id that advances), checking the job's bearer token.
 - **Phases, one run**: create every job at once -> all Ready (the Spark operator's
   figure for 1,000 applications is 340 s); idle window (operator CPU, RSS, requests/s
-  from the audit log); failure reaction of the real drivers (SIGKILL of the driver's
-  process group -> the operator deletes the failed pod or creates its replacement, seen by
-  a pod watch; p99 over ``--kills`` rounds); operator restart (its pod deleted -> every
-  simulated job polled by the new operator and every job Ready); a rolling upgrade of
+  from the audit log); operator restart (its pod deleted -> every simulated job polled by
+  the new operator and every job Ready); failure reaction of the real drivers (SIGKILL of
+  the driver's process group -> the operator deletes the failed pod or creates its
+  replacement, seen by a pod watch; p99 over ``--kills`` rounds); a rolling upgrade of
   every job (an image tag change, ``upgradeMode: last-state``), with the number of jobs
   upgrading at once sampled.
 
@@ -72,6 +72,7 @@ POD_CIDR = "127.128.0.0/16"
 CONTROL_PORT = 8765
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 GROUP, VERSION, PLURAL = "streamjob.io", "v1alpha1", "streamjobs"
+SAMPLE_SECONDS = 3.0  # between LISTs of every StreamJob while waiting (a few MB each at 1,000 jobs)
 
 
 def log(msg: str) -> None:
@@ -196,6 +197,16 @@ def job(bed: TestBed, name: str, simulated: bool) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamJob", "metadata": {"name": name, "namespace": NS}, "spec": spec}
 
 
+_local = threading.local()
+
+
+def threaded(bed: TestBed) -> client.CustomObjectsApi:
+    """One client per thread of a pool."""
+    if not hasattr(_local, "custom"):
+        _local.custom = client.CustomObjectsApi(bed.api_client())
+    return _local.custom  # type: ignore[no-any-return]
+
+
 def statuses(custom: client.CustomObjectsApi) -> dict[str, dict[str, Any]]:
     items = custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)["items"]
     return {i["metadata"]["name"]: dict(i.get("status") or {}) for i in items}
@@ -218,8 +229,7 @@ def create_all(bed: TestBed, custom: client.CustomObjectsApi, names: list[str], 
     ready_at: dict[str, float] = {}
 
     def create(name: str) -> None:
-        c = client.CustomObjectsApi(bed.api_client())
-        c.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, job(bed, name, name not in real))
+        threaded(bed).create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, job(bed, name, name not in real))
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(create, names))
@@ -232,7 +242,7 @@ def create_all(bed: TestBed, custom: client.CustomObjectsApi, names: list[str], 
             if st.get("ready") and name not in ready_at:
                 ready_at[name] = now - started
         log(f"ready {len(ready_at)}/{len(names)} at {now - started:.0f}s")
-        time.sleep(3)
+        time.sleep(SAMPLE_SECONDS)
     sim = [v for k, v in ready_at.items() if k not in real]
     return {
         "create_requests_s": round(created - started, 1),
@@ -326,7 +336,10 @@ def failure_reaction(bed: TestBed, core: client.CoreV1Api, custom: client.Custom
 def restart(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, stats_port: int,
             names: list[str]) -> dict[str, Any]:
     """The operator's pod deleted (as a rollout or an eviction would): until the new one has polled every
-    simulated job's driver and every job is Ready in status."""
+    simulated job's driver and every job is Ready in status (first every job Ready: a killed real driver's
+    replacement cold-starts)."""
+    wait_for(lambda: all(s.get("ready") for s in statuses(custom).values()), 900, "every job Ready before the restart")
+    time.sleep(5)
     old = operator_pods(core)[0].metadata.name
     deleted = time.time()
     core.delete_namespaced_pod(old, RELEASE_NS)
@@ -369,8 +382,7 @@ def rolling_upgrade(bed: TestBed, custom: client.CustomObjectsApi, names: list[s
     started = time.time()
 
     def patch(name: str) -> None:
-        c = client.CustomObjectsApi(bed.api_client())
-        c.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name, {"spec": {"image": new_image}})
+        threaded(bed).patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name, {"spec": {"image": new_image}})
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(patch, names))
@@ -388,7 +400,7 @@ def rolling_upgrade(bed: TestBed, custom: client.CustomObjectsApi, names: list[s
         if done == len(names):
             done_at = time.time()
             break
-        time.sleep(3)
+        time.sleep(SAMPLE_SECONDS)
     return {"patch_requests_s": round(patched - started, 1), "all_upgraded_s": round(done_at - started, 1) if done_at else None,
             "max_in_flight": in_flight_max, "samples": samples[:: max(1, len(samples) // 20)]}
 
@@ -432,10 +444,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             log(f"create: {result['create']}")
             result["idle"] = idle(bed, core, stats_port, args.warmup, args.window)
             log(f"idle: {result['idle']}")
-            result["failure"] = failure_reaction(bed, core, custom, real, args.kills)
-            log(f"failure: {result['failure']}")
             result["restart"] = restart(bed, core, custom, stats_port, names)
             log(f"restart: {result['restart']}")
+            result["failure"] = failure_reaction(bed, core, custom, real, args.kills)
+            log(f"failure: {result['failure']}")
             result["upgrade"] = rolling_upgrade(bed, custom, names)
             log(f"upgrade: {result['upgrade']}")
             result["loadgen_unauthorized"] = loadgen_stats(stats_port)["unauthorized"]
@@ -455,7 +467,11 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=60.0)
     parser.add_argument("--window", type=float, default=120.0)
     parser.add_argument("--report", type=Path, default=REPO / "docs" / "benchmarks" / "operator-scale.md")
+    parser.add_argument("--from-json", type=Path, help="write the report from a run's saved figures (operator-scale.json)")
     args = parser.parse_args()
+    if args.from_json:
+        write_report(args.report, json.loads(args.from_json.read_text()), args)
+        return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: every component stopped
     results = run(args)
     print(json.dumps(results, indent=2))
@@ -509,21 +525,21 @@ is the operator's side, which is the same whatever answers. Design and phases: t
 ## Phases
 
 - **Create**: {r['jobs']} StreamJobs created at once by 8 client threads ({c['create_requests_s']} s of requests);
-  all Ready after {ready} s (from the first create to the last `status.ready`, sampled every 3 s); simulated jobs'
+  all Ready after {ready} s (from the first create to the last `status.ready`, sampled every {SAMPLE_SECONDS:g} s); simulated jobs'
   median {c['simulated_ready_p50_s']} s; the real drivers' {c['real_ready_s']} (a Spark cold start on a shared
   2-CPU machine).
 - **Idle** ({i['window_s']:g} s window after a {i['warmup_s']:g} s warm-up, every job running and Ready): operator
   CPU {i['cpu_cores']} core (/proc utime+stime), RSS {i['rss_mb']} MB; its API requests (audit log)
   {i['requests_per_s']}/s: {by_request}. Driver `/status` calls answered by the load generator:
   {i['driver_status_calls_per_s']}/s (not API requests).
-- **Failure reaction**: {args.kills} rounds, each SIGKILLs every real driver's process group at once; from the kill
-  to the operator's first reaction (the failed pod deleted, or its replacement created, whichever a pod watch sees
-  first): {kills}. p50 {f['p50_s']} s, p99 {f['p99_s']} s (with {len(f['samples'])} samples the p99 is the
-  maximum), {f['missed']} missed; of which after the kubelet reported the pod Failed: p50 {f['after_pod_failed_p50_s']} s.
 - **Operator restart**: its pod deleted; the old one gone after {rs['old_pod_gone_s']} s, the new one started at
   {rs['new_pod_started_s']} s; converged (the new operator has polled every simulated driver, and every job is
   Ready with no operation) {conv} s after the deletion, {rs['converged_after_new_start_s']} s after the new
   pod started.
+- **Failure reaction**: {args.kills} rounds, each SIGKILLs every real driver's process group at once; from the kill
+  to the operator's first reaction (the failed pod deleted, or its replacement created, whichever a pod watch sees
+  first): {kills}. p50 {f['p50_s']} s, p99 {f['p99_s']} s (with {len(f['samples'])} samples the p99 is the
+  maximum), {f['missed']} missed; of which after the kubelet reported the pod Failed: p50 {f['after_pod_failed_p50_s']} s.
 - **Rolling upgrade**: every job's image tag changed at once ({u['patch_requests_s']} s of patches,
   `upgradeMode: last-state`). The operator has **no setting that bounds how many jobs upgrade at once**: every
   changed job starts its upgrade on its next pass (passes run on `reconcile.workers` threads, 16, which bounds

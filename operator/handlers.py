@@ -76,7 +76,7 @@ _idle_until: dict[tuple[str, str], float] = {}
 
 def _clients() -> Clients:
     if "clients" not in _state:
-        _state["clients"] = Clients(load_api_client(lambda: SETTINGS.fence(), lambda: SETTINGS.write_timeout), SETTINGS.layout, SETTINGS.s3_limits, cache=ReadCache(SETTINGS.read_cache), fence=lambda: SETTINGS.fence())
+        _state["clients"] = Clients(load_api_client(lambda: SETTINGS.fence(), lambda: SETTINGS.write_timeout, pool_size=SETTINGS.workers + 2), SETTINGS.layout, SETTINGS.s3_limits, cache=ReadCache(SETTINGS.read_cache), fence=lambda: SETTINGS.fence())
     clients: Clients = _state["clients"]
     return clients
 
