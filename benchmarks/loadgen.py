@@ -115,6 +115,9 @@ class LoadGenerator:
         job = (pod.metadata.labels or {}).get(names.LABEL_JOB)
         if not job:
             return
+        previous = self.by_ip.get(ip)
+        if previous is not None:  # kwok gave a deleted pod's address to this one before its deletion reached us
+            self.pod_gone(next((u for u, d in self.drivers.items() if d is previous), ""))
         driver = SimulatedDriver(pod.metadata.namespace, job, pod.metadata.name, ip)
         self.drivers[uid] = driver
         self.by_ip[ip] = driver
@@ -130,13 +133,18 @@ class LoadGenerator:
             driver.server.close()
 
     async def listen(self, driver: SimulatedDriver) -> None:
-        try:
-            driver.server = await asyncio.start_server(lambda r, w: self.serve(driver, r, w), driver.ip, self.args.port,
-                                                       reuse_address=True, backlog=64)
-        except OSError as exc:
-            log.warning("Could not listen pod=%s/%s address=%s:%d error=%s", driver.namespace, driver.pod, driver.ip,
-                        self.args.port, exc)
-            return
+        for attempt in range(20):  # the address's previous listener may still be closing
+            try:
+                driver.server = await asyncio.start_server(lambda r, w: self.serve(driver, r, w), driver.ip,
+                                                           self.args.port, reuse_address=True, backlog=64)
+                break
+            except OSError as exc:
+                if attempt == 19:
+                    log.warning("Could not listen pod=%s/%s address=%s:%d error=%s", driver.namespace, driver.pod,
+                                driver.ip, self.args.port, exc)
+                    return
+                await asyncio.sleep(0.5)
+        assert driver.server is not None
         if driver.ip not in self.by_ip:  # gone while binding
             driver.server.close()
 
@@ -166,8 +174,11 @@ class LoadGenerator:
                 await reader.readexactly(int(headers["content-length"]))
             driver.calls += 1
             driver.last_call = time.monotonic()
-            expected = await self.token(driver.namespace, driver.job)
             given = headers.get("authorization", "").removeprefix("Bearer ")
+            expected = await self.token(driver.namespace, driver.job)
+            if expected is None or not hmac.compare_digest(given.encode(), expected.encode()):
+                self.tokens.pop((driver.namespace, driver.job), None)  # a Secret replaced since it was read: read again
+                expected = await self.token(driver.namespace, driver.job)
             if expected is None or not hmac.compare_digest(given.encode(), expected.encode()):
                 self.unauthorized += 1
                 code, body = 401, {"error": "unauthorized"}
