@@ -535,70 +535,90 @@ def verdict(ok: bool | None) -> str:
     return "not measured" if ok is None else ("**met**" if ok else "**missed**")
 
 
+NOT_RUN = "not measured in this run"
+
+
 def write_report(path: Path, r: dict[str, Any], args: argparse.Namespace) -> None:
-    c, i, f, rs, u = r["create"], r["idle"], r["failure"], r["restart"], r["upgrade"]
+    """The report; a phase the run did not reach (stopped, or a time box) is said so, not left out."""
+    c, i, f, rs, u = (r.get(k) for k in ("create", "idle", "failure", "restart", "upgrade"))
     sim = r["jobs"] - r["real"]
-    ready = c["all_ready_s"]
-    conv = rs["converged_after_delete_s"]
-    rows = [
-        ("operator CPU, idle", "<= 0.2 core", f"{i['cpu_cores']} core", verdict(i["cpu_cores"] <= 0.2)),
-        ("operator RSS, idle", "<= 300 MB", f"{i['rss_mb']} MB", verdict(i["rss_mb"] <= 300)),
-        ("API requests by the operator, idle", "<= 20/s", f"{i['requests_per_s']}/s", verdict(i["requests_per_s"] <= 20)),
-        (f"all {r['jobs']} created and Ready", "< 340 s", f"{ready} s" if ready is not None else f"{c['ready']} Ready, not all",
-         verdict(ready is not None and ready < 340)),
-        ("failure reaction of a real driver, p99", "<= 2 s",
-         f"{f['p99_s']} s (p50 {f['p50_s']} s, {len(f['samples'])} kills)", verdict(f["p99_s"] is not None and f["p99_s"] <= 2)),
-        ("converged after an operator restart", "<= 60 s", f"{conv} s" if conv is not None else "not converged",
-         verdict(conv is not None and conv <= 60)),
-        ("rolling upgrade of all jobs", "bounded by a documented concurrency setting",
-         f"no such setting; {u['max_in_flight']} jobs upgrading at once at most, all upgraded in {u['all_upgraded_s']} s",
-         "**missed**"),
-    ]
+    rows = []
+    bullets = []
+    if c:
+        ready = c["all_ready_s"]
+        rows.append((f"all {r['jobs']} created and Ready", "< 340 s",
+                     f"{ready} s" if ready is not None else f"{c['ready']} Ready, not all", verdict(ready is not None and ready < 340)))
+        bullets.append(f"""- **Create**: {r['jobs']} StreamJobs created at once by 8 client threads ({c['create_requests_s']} s of
+  requests); all Ready after {ready} s (from the first create to the last `status.ready`, sampled every
+  {SAMPLE_SECONDS:g} s); simulated jobs' median {c['simulated_ready_p50_s']} s; the real drivers' {c['real_ready_s']}.""")
+    if i:
+        by_request = ", ".join(f"{k} {v}/s" for k, v in i["by_request_per_s"].items()) or "none"
+        rows += [
+            ("operator CPU, idle", "<= 0.2 core", f"{i['cpu_cores']} core", verdict(i["cpu_cores"] <= 0.2)),
+            ("operator RSS, idle", "<= 300 MB", f"{i['rss_mb']} MB", verdict(i["rss_mb"] <= 300)),
+            ("API requests by the operator, idle", "<= 20/s", f"{i['requests_per_s']}/s", verdict(i["requests_per_s"] <= 20)),
+        ]
+        bullets.append(f"""- **Idle** ({i['window_s']:g} s window after a {i['warmup_s']:g} s warm-up, every job running and Ready):
+  operator CPU {i['cpu_cores']} core (/proc utime+stime), RSS {i['rss_mb']} MB; its API requests (audit log)
+  {i['requests_per_s']}/s: {by_request}. Driver `/status` calls answered by the load generator:
+  {i['driver_status_calls_per_s']}/s (not API requests).""")
+    if rs:
+        conv = rs["converged_after_delete_s"]
+        rows.append(("converged after an operator restart", "<= 60 s", f"{conv} s" if conv is not None else "not converged",
+                     verdict(conv is not None and conv <= 60)))
+        bullets.append(f"""- **Operator restart**: its pod deleted; the old one gone after {rs['old_pod_gone_s']} s, the new one
+  started at {rs['new_pod_started_s']} s (whole seconds); converged (the new operator has polled every simulated
+  driver, and every job is Ready with no operation) {conv} s after the deletion,
+  {rs['converged_after_new_start_s']} s after the new pod started.""")
+    if f:
+        kills = ", ".join(f"{x['reaction_s']} s" for x in f["samples"])
+        rows.append(("failure reaction of a real driver, p99", "<= 2 s",
+                     f"{f['p99_s']} s (p50 {f['p50_s']} s, {len(f['samples'])} kills)", verdict(f["p99_s"] is not None and f["p99_s"] <= 2)))
+        bullets.append(f"""- **Failure reaction**: each round SIGKILLs every real driver's process group at once; from the kill
+  to the operator's first reaction (the failed pod deleted, or its replacement created, whichever a pod watch
+  sees first): {kills}. p50 {f['p50_s']} s, p99 {f['p99_s']} s (with {len(f['samples'])} samples the p99 is the
+  maximum), {f['missed']} missed; after the kubelet reported the pod Failed: p50 {f['after_pod_failed_p50_s']} s.""")
+    if u:
+        rows.append(("rolling upgrade of all jobs", "bounded by a documented concurrency setting",
+                     f"no such setting; {u['max_in_flight']} jobs upgrading at once at most, all upgraded in {u['all_upgraded_s']} s",
+                     "**missed**"))
+        bullets.append(f"""- **Rolling upgrade**: every job's image tag changed at once ({u['patch_requests_s']} s of patches,
+  `upgradeMode: last-state`). Up to {u['max_in_flight']} jobs with an operation at once; all upgraded (new
+  driver, Ready) after {u['all_upgraded_s']} s. Samples (s, in flight, done): {u['samples']}.""")
+    else:
+        rows.append(("rolling upgrade of all jobs", "bounded by a documented concurrency setting",
+                     f"no such setting; {NOT_RUN}", "**missed** (no setting)"))
+    for goal, phase in (("failure reaction", f), ("operator restart", rs), ("idle", i)):
+        if not phase:
+            bullets.append(f"- **{goal.capitalize()}**: {NOT_RUN}.")
     table = "\n".join(f"| {a} | {b} | {c_} | {d} |" for a, b, c_, d in rows)
-    by_request = ", ".join(f"{k} {v}/s" for k, v in i["by_request_per_s"].items()) or "none"
-    kills = ", ".join(f"{s['reaction_s']} s" for s in f["samples"])
-    one, five, fifteen = r["load_average"]
-    cmd = (f"python benchmarks/operator_scale.py --jobs {r['jobs']} --real {r['real']} --kills {len(f['samples']) // max(1, r['real'])}"
-           f" --lease-seconds {r.get('lease_seconds', 15)} --warmup {i['warmup_s']:g} --window {i['window_s']:g}")
+    phases = "\n".join(bullets)
+    one, five, fifteen = r.get("load_average") or os.getloadavg()
+    cmd = (f"python benchmarks/operator_scale.py --jobs {r['jobs']} --real {r['real']} --kills {args.kills}"
+           f" --lease-seconds {r.get('lease_seconds', 15)} --warmup {args.warmup:g} --window {args.window:g}")
     publish(path, f"""# Operator at scale: {r['jobs']} StreamJobs
 
-One operator (from its Helm chart, as a pod of the test bed's process kubelet, under its ServiceAccount), one run,
-{r['jobs']} StreamJobs: **{r['real']} with real drivers** (Spark in local mode on the process kubelet) and **{sim}
-simulated by a load generator** (`benchmarks/loadgen.py`: their driver pods are kwok pods, `{r['kwok']}`, on a
-simulated node whose pod CIDR is {POD_CIDR} on loopback; one asyncio process listens on each pod's address at the
-control port and answers `GET /status` from a fixture, RUNNING with an advancing batch id, after checking the job's
-bearer token; {r['loadgen_unauthorized']} requests refused). The load generator is not a driver: what it measures
-is the operator's side, which is the same whatever answers. Design and phases: the script's docstring.
+One operator (from its Helm chart, as a pod of the test bed's process kubelet, under its ServiceAccount, with
+`leaderElection.leaseSeconds={r.get('lease_seconds', 15)}`), one run, {r['jobs']} StreamJobs: **{r['real']} with real
+drivers** (Spark in local mode on the process kubelet) and **{sim} simulated by a load generator**
+(`benchmarks/loadgen.py`: their driver pods are kwok pods, `{r['kwok']}`, on a simulated node whose pod CIDR is
+{POD_CIDR} on loopback; one asyncio process listens on each pod's address at the control port and answers
+`GET /status` from a fixture, RUNNING with an advancing batch id, after checking the job's bearer token;
+{r.get('loadgen_unauthorized', 'n/a')} requests refused). The load generator is not a driver: what is measured is
+the operator's side, the same whatever answers. Design and phases: the script's docstring.
 
 | goal (issue #25, section 3) | target | measured | |
 | --- | --- | --- | --- |
 {table}
 
+The operator has **no setting that bounds how many jobs upgrade at once**: every changed job starts its
+upgrade on its next pass (`reconcile.workers`, 16 threads, bounds passes in flight, not upgrades).
+
 ## Phases
 
-- **Create**: {r['jobs']} StreamJobs created at once by 8 client threads ({c['create_requests_s']} s of requests);
-  all Ready after {ready} s (from the first create to the last `status.ready`, sampled every {SAMPLE_SECONDS:g} s); simulated jobs'
-  median {c['simulated_ready_p50_s']} s; the real drivers' {c['real_ready_s']} (a Spark cold start on a shared
-  2-CPU machine).
-- **Idle** ({i['window_s']:g} s window after a {i['warmup_s']:g} s warm-up, every job running and Ready): operator
-  CPU {i['cpu_cores']} core (/proc utime+stime), RSS {i['rss_mb']} MB; its API requests (audit log)
-  {i['requests_per_s']}/s: {by_request}. Driver `/status` calls answered by the load generator:
-  {i['driver_status_calls_per_s']}/s (not API requests).
-- **Operator restart**: its pod deleted; the old one gone after {rs['old_pod_gone_s']} s, the new one started at
-  {rs['new_pod_started_s']} s; converged (the new operator has polled every simulated driver, and every job is
-  Ready with no operation) {conv} s after the deletion, {rs['converged_after_new_start_s']} s after the new
-  pod started.
-- **Failure reaction**: {args.kills} rounds, each SIGKILLs every real driver's process group at once; from the kill
-  to the operator's first reaction (the failed pod deleted, or its replacement created, whichever a pod watch sees
-  first): {kills}. p50 {f['p50_s']} s, p99 {f['p99_s']} s (with {len(f['samples'])} samples the p99 is the
-  maximum), {f['missed']} missed; of which after the kubelet reported the pod Failed: p50 {f['after_pod_failed_p50_s']} s.
-- **Rolling upgrade**: every job's image tag changed at once ({u['patch_requests_s']} s of patches,
-  `upgradeMode: last-state`). The operator has **no setting that bounds how many jobs upgrade at once**: every
-  changed job starts its upgrade on its next pass (passes run on `reconcile.workers` threads, 16, which bounds
-  passes in flight, not upgrades). Measured: up to {u['max_in_flight']} jobs with an operation at once; all
-  upgraded (new driver, Ready) after {u['all_upgraded_s']} s. Samples (s, in flight, done): {u['samples']}.
+{phases}
 
-States at the end: {r['states_at_end']}.
+States at the end: {r.get('states_at_end', NOT_RUN)}.
 
 {machine()}
 Load average at the end of this run (shared machine, other work running): {one} / {five} / {fifteen} (1/5/15 min).

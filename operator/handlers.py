@@ -11,6 +11,7 @@ its fence (``Settings.fence``) runs before every write the actor makes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -288,6 +289,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = SETTINGS.workers
+    _state["executor"] = settings.execution.executor  # where the event handlers below run their passes
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
 
@@ -320,8 +322,10 @@ def _run(namespace: str, name: str) -> Decision | None:
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
-def on_streamjob_event(type: str | None, body: kopf.Body, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
-    """Every version of every StreamJob the watch delivers goes into the read cache (no pass runs here)."""
+async def on_streamjob_event(type: str | None, body: kopf.Body, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
+    """Every version of every StreamJob the watch delivers goes into the read cache (no pass runs here).
+
+    In the event loop, at once (see ``on_driver_pod``)."""
     _clients().cache.saw_job(dict(body), deleted=type == "DELETED")
 
 
@@ -342,14 +346,19 @@ def on_timer(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Non
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_ROLE: names.ROLE_DRIVER, names.LABEL_MANAGED_BY: names.MANAGED_BY})
-def on_driver_pod(namespace: str | None, labels: Mapping[str, str], type: str | None, body: kopf.Body,  # noqa: A002
-                  **_: Any) -> None:
+async def on_driver_pod(namespace: str | None, labels: Mapping[str, str], type: str | None, body: kopf.Body,  # noqa: A002
+                        **_: Any) -> None:
+    """A driver pod's event: into the read cache at once, in the event loop; then a pass of its job on a worker.
+
+    The cache is fed here, not in the worker: a synchronous handler waits for a free worker like every pass,
+    and with a backlog of passes (1,000 jobs created at once) the passes read pods minutes old, so a driver
+    running for minutes still looked Pending and its readiness deadline restarted it."""
     job = labels.get(names.LABEL_JOB)
     if not job or not namespace:
         return
     _clients().cache.saw_pod(job, dict(body), deleted=type == "DELETED")
     if type is not None:  # type None: the initial listing, covered by on.resume
-        measured(namespace, job)
+        await asyncio.get_running_loop().run_in_executor(_state.get("executor"), measured, namespace, job)
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, PLURAL)
