@@ -11,6 +11,7 @@ its fence (``Settings.fence``) runs before every write the actor makes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -35,7 +36,7 @@ from streamjob_operator.reconcile.decide import decide
 from streamjob_operator.reconcile.decide.conditions import record_problems
 from streamjob_operator.reconcile.decide.context import FORCE_DELETE_GRACE_SECONDS
 from streamjob_operator.reconcile.model import Decision, Event, Observations, PodPhase, Problem
-from streamjob_operator.reconcile.observe import observe
+from streamjob_operator.reconcile.observe import JOB_POLL_SECONDS, observe
 from streamjob_operator.reconcile.policy import parse_time
 
 log = logging.getLogger("streamjob_operator")
@@ -76,7 +77,7 @@ _idle_until: dict[tuple[str, str], float] = {}
 
 def _clients() -> Clients:
     if "clients" not in _state:
-        _state["clients"] = Clients(load_api_client(lambda: SETTINGS.fence(), lambda: SETTINGS.write_timeout), SETTINGS.layout, SETTINGS.s3_limits, cache=ReadCache(SETTINGS.read_cache), fence=lambda: SETTINGS.fence())
+        _state["clients"] = Clients(load_api_client(lambda: SETTINGS.fence(), lambda: SETTINGS.write_timeout, pool_size=SETTINGS.workers + 2), SETTINGS.layout, SETTINGS.s3_limits, cache=ReadCache(SETTINGS.read_cache), fence=lambda: SETTINGS.fence())
     clients: Clients = _state["clients"]
     return clients
 
@@ -196,16 +197,39 @@ def settled(decision: Decision, observations: Observations) -> bool:
     )
 
 
+def steady_for(decision: Decision, observations: Observations, now: datetime) -> float:
+    """Seconds a running, Ready job with nothing pending can go without a timer pass: until its next
+    ``/status`` poll is due (``observe.JOB_POLL_SECONDS`` after the last one). 0 for any other job.
+
+    Such a job's timer pass between polls reads only the cache and decides nothing new; at 1,000 jobs
+    those passes (one per job every 2 s) were most of the operator's CPU. What can change it comes as
+    an event (a spec change, a driver pod event, deletion) and runs a pass at once, as for a settled
+    job; what the timer alone finds (a periodic savepoint due, the restart count's reset) waits at most
+    one poll interval."""
+    st = decision.status
+    if not (st.state is LifecycleState.running and st.ready and st.operation is None and st.reconcile_error is None
+            and decision.requeue_after is None and not decision.actions and not observations.problems
+            and st.job is not None and st.job.observed_at):
+        return 0.0
+    seen = parse_time(st.job.observed_at)
+    if seen is None:
+        return 0.0
+    return max(0.0, JOB_POLL_SECONDS - (now - seen).total_seconds())
+
+
 def _gate(namespace: str, name: str, decision: Decision | None, observations: Observations | None) -> None:
     key = (namespace, name)
     if decision is not None and observations is not None and settled(decision, observations):
         _idle_until[key] = time.monotonic() + SETTINGS.idle_seconds
+    elif decision is not None and observations is not None and (wait := steady_for(decision, observations, datetime.now(timezone.utc))):
+        _idle_until[key] = time.monotonic() + wait
     else:
         _idle_until.pop(key, None)
 
 
 def due(namespace: str, name: str) -> bool:
-    """False while a settled job's idle interval runs (the timer then makes no request for it)."""
+    """False while a settled job's idle interval, or a Ready job's time to its next poll, runs (the timer then
+    makes no pass for it)."""
     until = _idle_until.get((namespace, name))
     return until is None or time.monotonic() >= until
 
@@ -265,6 +289,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = SETTINGS.workers
+    _state["executor"] = settings.execution.executor  # where the event handlers below run their passes
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
 
@@ -297,8 +322,10 @@ def _run(namespace: str, name: str) -> Decision | None:
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
-def on_streamjob_event(type: str | None, body: kopf.Body, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
-    """Every version of every StreamJob the watch delivers goes into the read cache (no pass runs here)."""
+async def on_streamjob_event(type: str | None, body: kopf.Body, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
+    """Every version of every StreamJob the watch delivers goes into the read cache (no pass runs here).
+
+    In the event loop, at once (see ``on_driver_pod``)."""
     _clients().cache.saw_job(dict(body), deleted=type == "DELETED")
 
 
@@ -319,14 +346,19 @@ def on_timer(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Non
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_ROLE: names.ROLE_DRIVER, names.LABEL_MANAGED_BY: names.MANAGED_BY})
-def on_driver_pod(namespace: str | None, labels: Mapping[str, str], type: str | None, body: kopf.Body,  # noqa: A002
-                  **_: Any) -> None:
+async def on_driver_pod(namespace: str | None, labels: Mapping[str, str], type: str | None, body: kopf.Body,  # noqa: A002
+                        **_: Any) -> None:
+    """A driver pod's event: into the read cache at once, in the event loop; then a pass of its job on a worker.
+
+    The cache is fed here, not in the worker: a synchronous handler waits for a free worker like every pass,
+    and with a backlog of passes (1,000 jobs created at once) the passes read pods minutes old, so a driver
+    running for minutes still looked Pending and its readiness deadline restarted it."""
     job = labels.get(names.LABEL_JOB)
     if not job or not namespace:
         return
     _clients().cache.saw_pod(job, dict(body), deleted=type == "DELETED")
     if type is not None:  # type None: the initial listing, covered by on.resume
-        measured(namespace, job)
+        await asyncio.get_running_loop().run_in_executor(_state.get("executor"), measured, namespace, job)
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, PLURAL)

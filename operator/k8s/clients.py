@@ -76,7 +76,8 @@ CALL_TIMEOUT_SECONDS = 30.0  # any API call without a timeout of its own: no han
 
 
 def load_api_client(fence: Callable[[], None] | None = None,
-                    write_timeout: Callable[[], float | None] = lambda: None) -> client.ApiClient:
+                    write_timeout: Callable[[], float | None] = lambda: None,
+                    pool_size: int | None = None) -> client.ApiClient:
     """In-cluster config when running in a pod, else $KUBECONFIG / ~/.kube/config.
 
     Every call without a ``_request_timeout`` of its own gets one: ``write_timeout()`` for writes when
@@ -84,12 +85,20 @@ def load_api_client(fence: Callable[[], None] | None = None,
     standby may take over), else ``CALL_TIMEOUT_SECONDS``. With ``fence``, every write (POST, PUT, PATCH,
     DELETE) calls it first, in the transport, right before the request leaves: a replica frozen in the
     middle of a pass and thawed past its Lease deadline steps down at its next write, whichever call
-    of the pass that is."""
+    of the pass that is.
+
+    ``pool_size``: connections kept open to the API server, at least one per thread that calls it (the
+    handler workers). The client's default is 5 per CPU; with fewer than the workers, every request over
+    it opened a connection (a TLS handshake) and dropped it ("Connection pool is full"), at scale on most
+    requests."""
+    configuration = client.Configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"):
-        config.load_incluster_config()
-        api = client.ApiClient()
+        config.load_incluster_config(client_configuration=configuration)
     else:
-        api = config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration)
+    if pool_size is not None:
+        configuration.connection_pool_maxsize = max(pool_size, configuration.connection_pool_maxsize or 0)
+    api = client.ApiClient(configuration=configuration)
     guard_calls(api, fence, write_timeout)
     return api
 

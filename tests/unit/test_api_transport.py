@@ -13,12 +13,13 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from kubernetes import client
 
-from streamjob_operator.k8s.clients import fence_kopf_writes, guard_calls
+from streamjob_operator.k8s.clients import fence_kopf_writes, guard_calls, load_api_client
 
 
 class Server:
@@ -185,3 +186,21 @@ def test_kopf_writes_through_aiohttp_pass_the_same_fence(server: Server) -> None
         undo()
     assert server.seen == [("PATCH", "/apis/streamjob.io/v1alpha1/namespaces/ns/streamjobs/a"),
                            ("GET", "/apis/streamjob.io/v1alpha1/namespaces/ns/streamjobs/c")]
+
+
+def test_the_connection_pool_holds_a_connection_per_worker(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fewer pooled connections than handler threads: each request over the pool opened a connection (a TLS
+    handshake against a real API server) and dropped it ("Connection pool is full"), on most requests at scale."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": "http://127.0.0.1:1"}}],
+        "users": [{"name": "t", "user": {"token": "x"}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+    }))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    assert load_api_client(pool_size=64).rest_client.pool_manager.connection_pool_kw["maxsize"] == 64
+    default = load_api_client().rest_client.pool_manager.connection_pool_kw["maxsize"]
+    assert load_api_client(pool_size=1).rest_client.pool_manager.connection_pool_kw["maxsize"] == default  # never fewer

@@ -8,7 +8,7 @@ job, and any job with a driver pod, an operation, an error or a requeue hint, ke
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -98,3 +98,51 @@ def test_the_gate_holds_for_the_interval_and_any_other_pass_reopens_it(monkeypat
     handlers._gate("ns", "idle", resumed, observed())
     assert handlers.due("ns", "idle")
     assert handlers.due("ns", "never-seen")
+
+
+READY = JobProgress(RuntimeStatus(state=RunState.RUNNING, last_batch_id=3, latest_completed_batch=3))
+STARTING = JobProgress(RuntimeStatus(state=RunState.STARTING))
+
+
+def run_until_ready(s: StreamJobSpec, job: JobProgress, at: datetime = NOW) -> Any:
+    """decide's passes as the glue chains them: deploy, then the driver pod running and answering ``job``."""
+    decision = decide(s, StreamJobStatus(), observed(), at)
+    status = decision.status
+    pod = DriverPod(name=str(status.driver_pod), phase=PodPhase.running, ip="127.0.0.2")
+    for _ in range(4):
+        decision = decide(s, status, observed(pod, job=job), at)
+        status = decision.status
+    return decision, observed(pod, job=job)
+
+
+def test_a_ready_job_skips_timer_passes_until_its_next_poll() -> None:
+    decision, obs = run_until_ready(spec(), READY)
+    assert decision.status.state == LifecycleState.running and decision.status.ready
+    assert not handlers.settled(decision, obs)  # it has a live driver: not the idle gate's
+    assert handlers.steady_for(decision, obs, NOW) == pytest.approx(handlers.JOB_POLL_SECONDS)
+    assert handlers.steady_for(decision, obs, NOW + timedelta(seconds=4)) == pytest.approx(handlers.JOB_POLL_SECONDS - 4)
+    assert handlers.steady_for(decision, obs, NOW + timedelta(seconds=handlers.JOB_POLL_SECONDS)) == 0.0
+
+
+@pytest.mark.parametrize(("job", "change", "problems"), [
+    pytest.param(STARTING, None, (), id="not-ready-yet"),
+    pytest.param(READY, {"image": "ghcr.io/streamjob/streamjob-runtime:0.1.1"}, (), id="a-spec-change-to-roll-out"),
+    pytest.param(READY, None, (Problem("S3Unreachable", "timed out"),), id="an-observe-problem"),
+])
+def test_the_timer_keeps_its_2s_passes_for(job: JobProgress, change: dict[str, Any] | None,
+                                           problems: tuple[Problem, ...]) -> None:
+    decision, obs = run_until_ready(spec(), job)
+    if change is not None:  # the changed spec's pass starts the upgrade: an operation, a requeue
+        decision = decide(spec(**change), decision.status, obs, NOW)
+    obs = observed(*obs.drivers, job=obs.job, problems=problems)
+    assert handlers.steady_for(decision, obs, NOW) == 0.0
+
+
+def test_the_gate_of_a_ready_job_reopens_at_its_next_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(handlers.time, "monotonic", lambda: clock[0])
+    decision, obs = run_until_ready(spec(), READY, at=datetime.now(timezone.utc))
+    handlers._gate("ns", "ready", decision, obs)
+    assert not handlers.due("ns", "ready")
+    clock[0] += handlers.JOB_POLL_SECONDS
+    assert handlers.due("ns", "ready")

@@ -1,0 +1,75 @@
+"""The kopf event handlers feed the read cache in the event loop, not in a worker.
+
+A synchronous handler waits for a free worker like every pass: with a backlog of passes (1,000
+StreamJobs created at once, docs/benchmarks/operator-scale.md) a driver pod's Running event reached
+the cache minutes late, passes read the pod as Pending, and the readiness deadline restarted drivers
+that were running. Here every worker is taken while the event arrives: the cache has it at once, and
+the job's pass runs when a worker frees up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from streamjob_operator import handlers
+from streamjob_operator.k8s.cache import ReadCache
+from streamjob_operator.reconcile import names
+
+
+def pod(phase: str, version: str) -> dict[str, Any]:
+    labels = {names.LABEL_ROLE: names.ROLE_DRIVER, names.LABEL_MANAGED_BY: names.MANAGED_BY, names.LABEL_JOB: "wc"}
+    return {"metadata": {"name": "wc-driver-1", "namespace": "ns", "labels": labels, "resourceVersion": version},
+            "status": {"phase": phase}}
+
+
+@pytest.fixture
+def busy_workers(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The operator's only worker, taken until the test releases it; the passes it would run, recorded."""
+    release = threading.Event()
+    executor = ThreadPoolExecutor(1)
+    executor.submit(release.wait, 10)
+    passes: list[tuple[str, str]] = []
+    cache = ReadCache(True)
+    monkeypatch.setitem(handlers._state, "clients", SimpleNamespace(cache=cache))
+    monkeypatch.setitem(handlers._state, "executor", executor)
+    monkeypatch.setattr(handlers, "measured", lambda namespace, job: passes.append((namespace, job)))
+    yield cache, release, passes
+    release.set()
+    executor.shutdown()
+
+
+def test_a_driver_pod_event_reaches_the_cache_while_every_worker_is_busy(busy_workers: Any) -> None:
+    cache, release, passes = busy_workers
+    cache.listed("ns", "wc", [pod("Pending", "10")], "10")  # the pass that created it listed it Pending
+
+    async def scenario() -> list[dict[str, Any]] | None:
+        running = pod("Running", "11")
+        handler = asyncio.ensure_future(handlers.on_driver_pod(
+            namespace="ns", labels=running["metadata"]["labels"], type="MODIFIED", body=running))
+        await asyncio.sleep(0.2)
+        seen = cache.pods("ns", "wc")
+        assert not handler.done() and passes == []  # the pass waits for a worker; the cache did not
+        release.set()
+        await handler
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen is not None and [p["status"]["phase"] for p in seen] == ["Running"]
+    assert passes == [("ns", "wc")]
+
+
+def test_a_streamjob_event_reaches_the_cache_while_every_worker_is_busy(busy_workers: Any) -> None:
+    cache, _, _ = busy_workers
+    body = {"metadata": {"name": "wc", "namespace": "ns", "resourceVersion": "12"}, "spec": {}}
+
+    async def scenario() -> None:
+        await asyncio.wait_for(handlers.on_streamjob_event(type="MODIFIED", body=body), 1)
+
+    asyncio.run(scenario())
+    assert cache.job("ns", "wc") == body
