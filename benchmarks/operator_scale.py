@@ -596,7 +596,7 @@ def write_report(path: Path, r: dict[str, Any], args: argparse.Namespace) -> Non
             bullets.append(f"- **{goal.capitalize()}**: {NOT_RUN}.")
     table = "\n".join(f"| {a} | {b} | {c_} | {d} |" for a, b, c_, d in rows)
     phases = "\n".join(bullets)
-    one, five, fifteen = r.get("load_average") or os.getloadavg()
+    one, five, fifteen = (round(x, 1) for x in (r.get("load_average") or os.getloadavg()))
     cmd = (f"python benchmarks/operator_scale.py --jobs {r['jobs']} --real {r['real']} --kills {args.kills}"
            f" --lease-seconds {r.get('lease_seconds', 15)} --warmup {args.warmup:g} --window {args.window:g}")
     publish(path, f"""# Operator at scale: {r['jobs']} StreamJobs
