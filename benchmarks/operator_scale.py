@@ -2,13 +2,16 @@
 
 Run: `python benchmarks/operator_scale.py [--jobs 1000] [--real 2] [--report docs/benchmarks/operator-scale.md]`
 (with the editable install and the test bed's binaries; builds kwok once with
-`testbed/build/build-kwok.sh`; starts its own test bed; 1,000 jobs take about 30 minutes).
+`testbed/build/build-kwok.sh`; starts its own test bed; 1,000 jobs took over 50 minutes on a shared 2-CPU
+machine, 50 jobs about 20).
 
 Design, and why:
 
 - **The operator** runs from its Helm chart as a pod of the test bed's process kubelet, under its
   own ServiceAccount, so the API server's audit log counts its requests (as
-  ``operator_load.py``); its CPU and RSS are read from /proc (its pod is a local process).
+  ``operator_load.py``); its CPU and RSS are read from /proc (its pod is a local process). Its Lease
+  is ``--lease-seconds`` (60; the chart's 15 s default made it step down while the API server was slow
+  with the 1,000 creations, see the report).
 - **A few real drivers** (``--real``, default 2): ordinary StreamJobs whose driver pods the
   process kubelet runs (a Spark driver in local mode, rate source, console sink).
 - **The rest are simulated, by a load generator.** 1,000 JVMs do not fit on 2 cores, nor
@@ -593,7 +596,7 @@ def write_report(path: Path, r: dict[str, Any], args: argparse.Namespace) -> Non
             bullets.append(f"- **{goal.capitalize()}**: {NOT_RUN}.")
     table = "\n".join(f"| {a} | {b} | {c_} | {d} |" for a, b, c_, d in rows)
     phases = "\n".join(bullets)
-    one, five, fifteen = r.get("load_average") or os.getloadavg()
+    one, five, fifteen = (round(x, 1) for x in (r.get("load_average") or os.getloadavg()))
     cmd = (f"python benchmarks/operator_scale.py --jobs {r['jobs']} --real {r['real']} --kills {args.kills}"
            f" --lease-seconds {r.get('lease_seconds', 15)} --warmup {args.warmup:g} --window {args.window:g}")
     publish(path, f"""# Operator at scale: {r['jobs']} StreamJobs
