@@ -60,6 +60,7 @@ from typing import Any
 from kubernetes import client, watch
 
 import job_runtime
+from operator_load import cpu_seconds, rss_mb
 from report import machine, publish, reproduce
 from testbed import TestBed, locate
 from testbed.proc import ManagedProcess, free_port
@@ -73,7 +74,6 @@ IMAGE = "ghcr.io/streamjob/streamjob-runtime:0.1.0"
 KWOK_NODE = "kwok-node"
 POD_CIDR = "127.128.0.0/16"
 CONTROL_PORT = 8765
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 GROUP, VERSION, PLURAL = "streamjob.io", "v1alpha1", "streamjobs"
 SAMPLE_SECONDS = 2.0  # between looks at the jobs' statuses (kept by a watch) while waiting
 
@@ -145,18 +145,6 @@ def operator_pods(core: client.CoreV1Api) -> list[Any]:
 def operator_pid(bed: TestBed, pod: str) -> int:
     """The operator's main process: the process kubelet writes each container's pid beside its log."""
     return int((bed.pod_log_dir(RELEASE_NS, pod) / "pid").read_text().strip())
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def operator_requests(audit_log: Path, since: float, until: float) -> Counter[str]:
