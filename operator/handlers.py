@@ -36,7 +36,8 @@ from streamjob_operator.reconcile.decide import decide
 from streamjob_operator.reconcile.decide.conditions import record_problems
 from streamjob_operator.reconcile.decide.context import FORCE_DELETE_GRACE_SECONDS
 from streamjob_operator.reconcile.model import Decision, Event, Observations, PodPhase, Problem
-from streamjob_operator.reconcile.observe import JOB_POLL_SECONDS, observe
+from streamjob_operator.reconcile.observe import observe
+from streamjob_operator.reconcile.policy import JOB_POLL_SECONDS
 from streamjob_operator.reconcile.policy import parse_time
 
 log = logging.getLogger("streamjob_operator")

@@ -59,6 +59,8 @@ class JobProgress:
     shown where status or metrics show it (``api.status.JobMetrics``), never re-declared here."""
 
     runtime: RuntimeStatus | None = None
+    # when not reachable: the first poll of this driver that went unanswered since its last answer (observe)
+    unanswered_since: datetime | None = None
 
     @property
     def reachable(self) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,11 +34,10 @@ from streamjob_operator.reconcile.model import (
     SavepointManifest,
     SavepointProgress,
 )
-from streamjob_operator.reconcile.policy import parse_time
+from streamjob_operator.reconcile.policy import JOB_POLL_SECONDS, parse_time
 
 log = logging.getLogger(__name__)
 
-JOB_POLL_SECONDS = 10.0  # steady-state poll of /status; faster while an operation or readiness is pending
 MESSAGE_TAIL = 800
 
 def termination_message(raw: str | None) -> str:
@@ -150,6 +150,24 @@ def savepoint_progress(body: dict[str, Any]) -> SavepointProgress | None:
     return SavepointProgress(sp.state, sp.path, sp.batch_id, sp.error)
 
 
+# (namespace, job) -> (driver pod, when its control endpoint first went unanswered since its last answer).
+# In memory: an operator that restarts counts again from its own first unanswered poll, which only delays a
+# DriverUnreachable restart; a pass's own threads never share a job (kopf runs one pass per job at a time).
+_UNANSWERED: dict[tuple[str, str], tuple[str, datetime]] = {}
+
+
+def remember_answer(namespace: str, name: str, pod: str, job: JobProgress, now: datetime) -> JobProgress:
+    """``job`` with ``unanswered_since``: the first of this pod's polls that went unanswered since its last answer."""
+    key = (namespace, name)
+    if job.reachable:
+        _UNANSWERED.pop(key, None)
+        return job
+    first = _UNANSWERED.get(key)
+    if first is None or first[0] != pod:
+        first = _UNANSWERED[key] = (pod, now)
+    return replace(job, unanswered_since=first[1])
+
+
 def wants_job_poll(status: StreamJobStatus, now: datetime) -> bool:
     if status.operation is not None or not status.ready or status.job is None:
         return True
@@ -189,6 +207,8 @@ def observe(
         except DriverUnreachable as err:
             log.debug("Could not reach driver streamjob=%s/%s pod=%s error=%s", namespace, name, current.name if current else None, err)
             job = JobProgress()
+        if current is not None:
+            job = remember_answer(namespace, name, current.name, job, now)
 
     standby: JobProgress | None = None
     standby_pod = next((d for d in drivers if op is not None and d.name == op.standby_pod and d.name != status.driver_pod), None)

@@ -11,6 +11,8 @@ from datetime import datetime, timedelta, timezone
 
 from streamjob_operator.api.spec import RestartPolicy, RestartPolicyType
 
+JOB_POLL_SECONDS = 10.0  # steady-state poll of a driver's /status; faster while an operation or readiness is pending
+
 _GO_DURATION = re.compile(r"([0-9]+)(s|m|h|d)")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

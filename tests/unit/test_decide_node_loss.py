@@ -22,7 +22,13 @@ from streamjob_operator.api.status import JobMetrics, StreamJobStatus
 from streamjob_operator.reconcile.decide import decide
 from streamjob_operator.reconcile.model import DeleteDriver, JobProgress, Observations
 
-SILENT = JobProgress()  # the endpoint did not answer this pass
+SILENT = JobProgress()  # the endpoint did not answer this pass, nor the one before (the first unanswered poll: now)
+
+
+def silent_for(seconds: float) -> JobProgress:
+    """Not answered this pass; the operator's first unanswered poll of it was ``seconds`` ago."""
+    return JobProgress(unanswered_since=NOW - timedelta(seconds=seconds))
+
 OFF = make_spec(restartPolicy={"driverUnreachableSeconds": 0})
 
 
@@ -35,20 +41,31 @@ def answered(seconds_ago: float, **over: Any) -> StreamJobStatus:
 
 CASES = [
     pytest.param(
-        BASE, answered(31), obs(pod(), job=SILENT),
+        BASE, answered(31), obs(pod(), job=silent_for(21)),
         Expect(state=LifecycleState.restarting, op=("restart", "Stopping"), events=["DriverUnreachable"],
                actions=[DeleteDriver("wc-driver-1", grace_seconds=0)], status={"restart_count": 1}),
         id="a ready driver silent for longer than driverUnreachableSeconds is deleted with grace 0 and replaced",
     ),
     pytest.param(
-        BASE, answered(12), obs(pod(), job=SILENT),
+        BASE, answered(12), obs(pod(), job=silent_for(2)),
         Expect(state=LifecycleState.running, op=None, actions=[], events=["JobNotReady"], requeue=5.0),
         id="a driver silent for less is waited on, and looked at again within 5 s",
     ),
     pytest.param(
-        BASE, answered(28), obs(pod(), job=SILENT),
+        BASE, answered(28), obs(pod(), job=silent_for(18)),
         Expect(state=LifecycleState.running, op=None, actions=[], events=["JobNotReady"], requeue=2.0),
         id="the next look is when the limit is reached",
+    ),
+    pytest.param(
+        BASE, answered(600), obs(pod(), job=SILENT),
+        Expect(state=LifecycleState.running, op=None, actions=[], events=["JobNotReady"], requeue=5.0),
+        id="a late pass (an overloaded operator, 600 s since it last asked) does not delete on its first unanswered poll",
+    ),
+    pytest.param(
+        BASE, answered(600), obs(pod(), job=silent_for(21)),
+        Expect(state=LifecycleState.restarting, op=("restart", "Stopping"), events=["DriverUnreachable"],
+               actions=[DeleteDriver("wc-driver-1", grace_seconds=0)]),
+        id="counted from the first unanswered poll, plus at most one poll interval before it (21 + 10 s)",
     ),
     pytest.param(
         BASE, answered(600, deployed_at=at(-30)), obs(pod(), job=SILENT),

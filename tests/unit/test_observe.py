@@ -154,3 +154,25 @@ def test_a_driver_evicted_by_the_node_controller_is_told_from_one_deleted_by_a_u
     assert driver_pod(evicted).evicted_from_lost_node and driver_pod(evicted).deleting
     assert not driver_pod(preempted).evicted_from_lost_node
     assert not driver_pod(base).evicted_from_lost_node
+
+
+def test_the_first_unanswered_poll_is_remembered_until_the_driver_answers() -> None:
+    """observe.remember_answer: the count of a driver's silence starts at the operator's first unanswered poll."""
+    from datetime import datetime, timedelta, timezone
+
+    from streamjob_contract.runtime_status import RuntimeStatus
+    from streamjob_operator.reconcile import observe as observing
+    from streamjob_operator.reconcile.model import JobProgress
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    later = t0 + timedelta(seconds=20)
+    first = observing.remember_answer("ns", "job", "job-driver-1", JobProgress(), t0)
+    again = observing.remember_answer("ns", "job", "job-driver-1", JobProgress(), later)
+    assert (first.unanswered_since, again.unanswered_since) == (t0, t0)
+    other_pod = observing.remember_answer("ns", "job", "job-driver-2", JobProgress(), later)
+    assert other_pod.unanswered_since == later  # a new driver's silence is its own
+    answer = JobProgress(RuntimeStatus.model_validate({"state": "RUNNING"}))
+    assert observing.remember_answer("ns", "job", "job-driver-2", answer, later) == answer
+    after = observing.remember_answer("ns", "job", "job-driver-2", JobProgress(), later + timedelta(seconds=5))
+    assert after.unanswered_since == later + timedelta(seconds=5)  # an answer cleared it
+    observing._UNANSWERED.clear()

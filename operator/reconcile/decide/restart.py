@@ -13,7 +13,7 @@ from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator.api.status import MAX_FAILURE_TIMES, OpKind, Operation, Phase
 
 from ..model import DeleteDriver, DriverPod
-from ..policy import describe_policy, fmt_time, parse_time, restart_delay
+from ..policy import JOB_POLL_SECONDS, describe_policy, fmt_time, parse_time, restart_delay
 from . import rollout
 from .context import Pass, Steps, clip
 
@@ -46,7 +46,9 @@ def driver_unreachable(p: Pass, pod: DriverPod) -> bool:
     (its node lost, frozen or cut off): deleted with grace 0 and replaced, counted as a failure. True when so.
 
     Only a driver that answered since it was created counts (before that, readiness and its timeout govern),
-    and only after this pass could not reach it either. The old driver may still run where the operator cannot
+    and only after this pass could not reach it either. The silence is counted from the operator's first
+    unanswered poll (``JobProgress.unanswered_since``) plus at most one poll interval before it, never from
+    the last answer alone: a pass that comes late (an overloaded operator) is not a lost node. The old driver may still run where the operator cannot
     see it: its replacement takes the next epoch of the checkpoint, which fences it (exit FENCED at its next
     commit), and the kubelet, if it comes back, ends it because its pod is gone."""
     limit = p.spec.restart_policy.driver_unreachable_seconds
@@ -56,7 +58,11 @@ def driver_unreachable(p: Pass, pod: DriverPod) -> bool:
     deployed = parse_time(p.st.deployed_at)
     if seen is None or (deployed is not None and seen < deployed):
         return False
-    silent = (p.now - seen).total_seconds()
+    # the silence the operator witnessed: from its first unanswered poll, plus at most one poll interval before
+    # it. An operator too busy to ask for minutes (a backlog of passes) has not seen minutes of silence: its
+    # late pass's first failed call starts the count instead of deleting a driver that may be answering fine.
+    since = p.obs.job.unanswered_since or p.now
+    silent = (p.now - since).total_seconds() + min(max(0.0, (since - seen).total_seconds()), JOB_POLL_SECONDS)
     if silent < limit:
         p.again(min(5.0, limit - silent))
         return False
