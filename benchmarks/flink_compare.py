@@ -130,6 +130,14 @@ class Runs:
     submitted: list[float] = field(default_factory=list)  # Flink only: from submission
     after_init: list[float] = field(default_factory=list)  # Flink only: from the last task running
     batches: list[int] = field(default_factory=list)  # ours only: micro-batches (the checkpoint's commit log)
+    batch_seconds: list[list[float]] = field(default_factory=list)  # ours only: offsets/N to commits/N, per batch
+
+
+def batch_seconds(checkpoint: Path) -> list[float]:
+    """Each micro-batch's time from its offset log entry (planned) to its commit log entry (done), from mtimes."""
+    done = sorted(int(f.name) for f in (checkpoint / "commits").iterdir() if f.name.isdigit())
+    return [(checkpoint / "commits" / str(n)).stat().st_mtime - (checkpoint / "offsets" / str(n)).stat().st_mtime
+            for n in done]
 
 
 def reference(events: int, users: int, step_ms: int) -> dict[Window, tuple[int, int]]:
@@ -321,11 +329,13 @@ def main() -> None:
                         job = variant_job(work / f"ours-{i}-{target}.json", broker.bootstrap, source, target, contender)
                         seconds = run_available_now(work, job, work / f"ckpt-{target}", name=f"bench-{i}",
                                                     state_partitions=contender.state_partitions)
-                        runs[label].batches.append(sum(1 for f in (work / f"ckpt-{target}" / "commits").iterdir()
-                                                       if f.name.isdigit()))
+                        runs[label].batch_seconds.append(batch_seconds(work / f"ckpt-{target}"))
+                        runs[label].batches.append(len(runs[label].batch_seconds[-1]))
                     runs[label].seconds.append(seconds)
                     runs[label].checks.append(check(consume_all(broker.bootstrap, target, timeout=600), expected))
-                    batches = f", {runs[label].batches[-1]} batches" if contender is not None else ""
+                    batches = "" if contender is None else (
+                        f", {runs[label].batches[-1]} batches ("
+                        f"{', '.join(f'{b:.1f}' for b in runs[label].batch_seconds[-1])} s)")
                     print(f"run {i} {label}: {seconds:.1f} s{batches}, {runs[label].checks[-1]}", flush=True)
             latency = {} if not args.latency_seconds else {"ours": summary(measure_latency(work, broker, "exactlyOnce", trigger_text(args.interval_seconds),
                                                        args.latency_seconds, args.latency_rate)),
@@ -371,7 +381,8 @@ def write_report(args: argparse.Namespace, variants: list[Variant], runs: dict[s
         worst = Check(missing=max(c.missing for c in r.checks), duplicated=max(c.duplicated for c in r.checks),
                       wrong=max(c.wrong for c in r.checks))
         ratio = "1.00 (reference)" if label == "Flink" else f"**{rate / flink_rate:.2f}**"
-        batches = ", ".join(map(str, r.batches)) if r.batches else "-"
+        batches = "; ".join(f"{n} ({', '.join(f'{b:.0f}' for b in each)})" for n, each in zip(r.batches, r.batch_seconds)) \
+            if r.batch_seconds else (", ".join(map(str, r.batches)) or "-")
         return (f"| {label} | {median:.1f} | {', '.join(f'{s:.1f}' for s in r.seconds)} | {batches} | {rate:,.0f} | {ratio} | "
                 f"{worst.missing} / {worst.duplicated} / {worst.wrong} |")
 
@@ -440,10 +451,11 @@ transactional producers, which on our side is before "started query"; from the l
 windows that exclude start-up: the one least favourable to Flink.
 Runs: {args.repeat} per contender, alternating which engine goes first. A row marked atLeastOnce is the
 same job with Spark's own Kafka writer (no transaction, produced by the tasks): not a
-contender, it shows what the exactly-once sink costs. Micro-batches: per run, from the
-checkpoint's commit log (the last is the no-data batch that closes the last windows).
+contender, it shows what the exactly-once sink costs. Micro-batches: per run, how many, and
+in brackets each one's time from its offset log entry to its commit log entry (file times;
+the last is the no-data batch that emits the windows the final watermark closed).
 
-| | median (s) | all runs (s) | micro-batches | input events/s | ratio ours / Flink | worst run: missing / duplicated / wrong windows |
+| | median (s) | all runs (s) | micro-batches (s each) | input events/s | ratio ours / Flink | worst run: missing / duplicated / wrong windows |
 | --- | --- | --- | --- | --- | --- | --- |
 {rows}
 {row("Flink")}
