@@ -344,12 +344,13 @@ def main() -> None:
         finally:
             broker.stop()
 
+    measured = machine()
     results = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                "runs": {label: asdict(r) for label, r in runs.items()}, "latency": latency, "windows": len(expected),
-               "machine": machine()}
+               "machine": measured}
     if args.save_results:
         args.save_results.write_text(json.dumps(results, indent=1))
-    write_report(args, variants, runs, latency, len(expected), results["machine"])
+    write_report(args, variants, runs, latency, len(expected), measured)
 
 
 def summary(latencies: list[float]) -> dict[str, float]:
