@@ -337,6 +337,7 @@ def main() -> None:
                         f", {runs[label].batches[-1]} batches ("
                         f"{', '.join(f'{b:.1f}' for b in runs[label].batch_seconds[-1])} s)")
                     print(f"run {i} {label}: {seconds:.1f} s{batches}, {runs[label].checks[-1]}", flush=True)
+                    save(args, runs, {}, len(expected))  # so far: a run cut short keeps what it measured
             latency = {} if not args.latency_seconds else {"ours": summary(measure_latency(work, broker, "exactlyOnce", trigger_text(args.interval_seconds),
                                                        args.latency_seconds, args.latency_rate)),
                        "Flink": summary(flink_latency(work, broker, interval_ms, args.parallelism, args.latency_seconds,
@@ -344,13 +345,18 @@ def main() -> None:
         finally:
             broker.stop()
 
+    write_report(args, variants, runs, latency, len(expected), save(args, runs, latency, len(expected)))
+
+
+def save(args: argparse.Namespace, runs: dict[str, Runs], latency: dict[str, dict[str, float]], windows: int) -> str:
+    """Writes the raw figures to --save-results (when given); returns the machine paragraph they were measured on."""
     measured = machine()
-    results = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-               "runs": {label: asdict(r) for label, r in runs.items()}, "latency": latency, "windows": len(expected),
-               "machine": measured}
     if args.save_results:
+        results = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                   "runs": {label: asdict(r) for label, r in runs.items()}, "latency": latency, "windows": windows,
+                   "machine": measured}
         args.save_results.write_text(json.dumps(results, indent=1))
-    write_report(args, variants, runs, latency, len(expected), measured)
+    return measured
 
 
 def summary(latencies: list[float]) -> dict[str, float]:
@@ -361,9 +367,10 @@ def render(path: Path, report: Path) -> None:
     """The report again from a run's saved results (--save-results), without running anything."""
     saved = json.loads(path.read_text())
     args = argparse.Namespace(**{**saved["args"], "report": report})
-    runs = {label: Runs(**{**r, "checks": [Check(**c) for c in r["checks"]]}) for label, r in saved["runs"].items()}
-    write_report(args, [Variant.parse(v) for v in args.variants.split(",")], runs, saved["latency"], saved["windows"],
-                 saved["machine"])
+    runs = {label: Runs(**{**r, "checks": [Check(**c) for c in r["checks"]]})
+            for label, r in saved["runs"].items() if r["seconds"]}  # a run cut short: the contenders measured
+    variants = [v for v in map(Variant.parse, args.variants.split(",")) if v.label in runs]
+    write_report(args, variants, runs, saved["latency"], saved["windows"], saved["machine"])
 
 
 def write_report(args: argparse.Namespace, variants: list[Variant], runs: dict[str, Runs],
