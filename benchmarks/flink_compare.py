@@ -389,9 +389,11 @@ def write_report(args: argparse.Namespace, variants: list[Variant], runs: dict[s
         worst = Check(missing=max(c.missing for c in r.checks), duplicated=max(c.duplicated for c in r.checks),
                       wrong=max(c.wrong for c in r.checks))
         ratio = "1.00 (reference)" if label == "Flink" else f"**{rate / flink_rate:.2f}**"
+        paired = "-" if label == "Flink" else ", ".join(
+            f"{f / o:.2f}" for f, o in zip(runs["Flink"].seconds, r.seconds))
         batches = "; ".join(f"{n} ({', '.join(f'{b:.0f}' for b in each)})" for n, each in zip(r.batches, r.batch_seconds)) \
             if r.batch_seconds else (", ".join(map(str, r.batches)) or "-")
-        return (f"| {label} | {median:.1f} | {', '.join(f'{s:.1f}' for s in r.seconds)} | {batches} | {rate:,.0f} | {ratio} | "
+        return (f"| {label} | {median:.1f} | {', '.join(f'{s:.1f}' for s in r.seconds)} | {batches} | {rate:,.0f} | {ratio} | {paired} | "
                 f"{worst.missing} / {worst.duplicated} / {worst.wrong} |")
 
     ours_rate = args.events / statistics.median(runs[headline].seconds)
@@ -461,10 +463,12 @@ Runs: {args.repeat} per contender, alternating which engine goes first. A row ma
 same job with Spark's own Kafka writer (no transaction, produced by the tasks): not a
 contender, it shows what the exactly-once sink costs. Micro-batches: per run, how many, and
 in brackets each one's time from its offset log entry to its commit log entry (file times;
-the last is the no-data batch that emits the windows the final watermark closed).
+the last is the no-data batch that emits the windows the final watermark closed). The ratio
+is of the medians; "per repeat" pairs each run with Flink's run of the same repeat (run next to
+it, under the same load), which is what to read when the load changed during the run.
 
-| | median (s) | all runs (s) | micro-batches (s each) | input events/s | ratio ours / Flink | worst run: missing / duplicated / wrong windows |
-| --- | --- | --- | --- | --- | --- | --- |
+| | median (s) | all runs (s) | micro-batches (s each) | input events/s | ratio ours / Flink | per repeat | worst run: missing / duplicated / wrong windows |
+| --- | --- | --- | --- | --- | --- | --- | --- |
 {rows}
 {row("Flink")}
 
