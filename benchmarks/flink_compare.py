@@ -275,6 +275,10 @@ def flink_latency(work: Path, broker: Any, interval_ms: int, parallelism: int, s
         stop_group(proc)
 
 
+def stopped(signum: int, _frame: Any) -> None:
+    raise SystemExit(f"stopped by signal {signum}")
+
+
 def trigger_text(seconds: int) -> str:
     return "1 second" if seconds == 1 else f"{seconds} seconds"
 
@@ -299,6 +303,7 @@ def main() -> None:
         render(args.render, args.report)
         return
     variants = [Variant.parse(v) for v in args.variants.split(",")]
+    signal.signal(signal.SIGTERM, stopped)  # a timeout's TERM unwinds too: the broker, Flink and the runtime stopped
 
     from testbed import locate
     from testbed.kafka import start_kafka
