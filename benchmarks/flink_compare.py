@@ -4,6 +4,10 @@ Run by hand (not a test):
 
     python benchmarks/flink_compare.py [--events 200000] [--users 1000] [--repeat 2] [--variants 8:-,2:-,2:50000]
 
+`--variants`: our configurations, `statePartitions[:maxOffsetsPerTrigger[:delivery[:from_json]]]`,
+comma-separated (`2:-:atLeastOnce`: Spark's own writer, to see what the sink costs;
+`2:-::from_json`: the values parsed once with from_json instead of two get_json_object).
+
 Starts its own broker (testbed.kafka). One input topic (2 partitions) is produced once
 (kafka_bench's generator, event time 1 ms apart, the Kafka record timestamp), then one
 "flush" record per partition 60 s of event time later so that every window of the input
@@ -18,9 +22,10 @@ topic from the beginning into its own output topic:
 - Flink: benchmarks/flink_job.py in PyFlink's own virtualenv (benchmarks/flink_env.py),
   Flink SQL on a local mini-cluster, the Kafka source bounded at the offsets it finds at start,
   checkpoints every `--interval-seconds`, `sink.delivery-guarantee: exactly-once`. Its time
-  runs from the last task switching to RUNNING (the mini-cluster, the job's deployment and
-  the sink's transactional producers set up) to the job FINISHED (its final checkpoint
-  committed), from the Flink log; the time from submission is reported beside it.
+  runs from the first task switching to RUNNING (the mini-cluster up, the job deployed) to the
+  job FINISHED (its final checkpoint committed), from the Flink log; the times from the last
+  task RUNNING (its sink's transactional producers set up too) and from submission are
+  reported beside it.
 
 Alternating which engine goes first over `--repeat`. Each output is read back by a
 read_committed consumer and compared with windows computed in Python from the same
@@ -29,7 +34,8 @@ generator: missing, duplicated and wrong windows per run.
 Latency: a pass-through job (Kafka -> key, value -> Kafka) on each engine at the same
 interval (our trigger, Flink's checkpoint interval), records sent at a steady rate, each
 carrying its send time; p50 and p99 of (visible to read_committed - sent)
-(kafka_bench.probe_latency). Writes docs/benchmarks/flink.md.
+(kafka_bench.probe_latency); `--latency-seconds 0` skips it. Writes docs/benchmarks/flink.md;
+`--save-results` keeps the raw figures (after every run) and `--render` writes the report from them.
 """
 
 from __future__ import annotations
@@ -485,7 +491,9 @@ computed in Python from the same input: every run exact: {"yes" if correct else 
 - Throughput >= 1.0x PyFlink's on the same job and input: {met(ours_rate >= flink_rate)} with the defaults
   ({ours_rate / flink_rate:.2f}x); the best configuration measured, {best}: {best_rate / flink_rate:.2f}x.
 - p99 latency at most Flink's at the same interval: {latency_goal}.
-- Spark 4.3's real-time mode: not tried in this run.
+- Spark 4.3's real-time mode: not measured. Its sinks are Spark's own Kafka writer and `foreach`
+  (Spark's real-time mode guide), not `foreachBatch`, on which the exactly-once sink is built: in
+  it the job would publish at least once.
 
 {measured}
 
