@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,20 +51,25 @@ STEP_MS = 10  # event time advances 10 ms per event: 1,000 events per 10-second 
 DELIVERIES = ("exactlyOnce", "atLeastOnce")
 
 
-def produce_input(bootstrap: str, topic: str, events: int, users: int, seed: int = 5) -> None:
+def input_events(events: int, users: int, seed: int = 5, step_ms: int = STEP_MS) -> Iterator[tuple[str, int, int]]:
+    """The benchmark's input, (user, amount, event time in ms) in produce order: the same sequence for a seed."""
     import random
 
+    rng = random.Random(seed)
+    for i in range(events):
+        yield f"u{rng.randrange(users)}", rng.randint(1, 9), BASE_MS + i * step_ms
+
+
+def produce_input(bootstrap: str, topic: str, events: int, users: int, seed: int = 5, step_ms: int = STEP_MS) -> None:
     from confluent_kafka import Producer
 
-    rng = random.Random(seed)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
                          "queue.buffering.max.messages": 200000})
-    for i in range(events):
-        user = f"u{rng.randrange(users)}"
-        value = json.dumps({"user": user, "amount": rng.randint(1, 9)}).encode()
+    for i, (user, amount, timestamp) in enumerate(input_events(events, users, seed, step_ms)):
+        value = json.dumps({"user": user, "amount": amount}).encode()
         while True:
             try:
-                producer.produce(topic, key=user.encode(), value=value, timestamp=BASE_MS + i * STEP_MS)
+                producer.produce(topic, key=user.encode(), value=value, timestamp=timestamp)
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -73,10 +79,13 @@ def produce_input(bootstrap: str, topic: str, events: int, users: int, seed: int
         raise SystemExit(f"input to {topic} not acknowledged within 120s")
 
 
-def windows_job(path: Path, bootstrap: str, source: str, target: str, delivery: str, max_offsets: int) -> Path:
+def windows_job(path: Path, bootstrap: str, source: str, target: str, delivery: str, max_offsets: int | None) -> Path:
+    """examples/jobs/kafka_windows.yaml on `source` -> `target`; max_offsets None leaves maxOffsetsPerTrigger unset."""
     job = yaml.safe_load((REPO / "examples" / "jobs" / "kafka_windows.yaml").read_text())
-    job["pipeline"]["sources"][0]["options"].update(
-        {"kafka.bootstrap.servers": bootstrap, "subscribe": source, "maxOffsetsPerTrigger": str(max_offsets)})
+    options = job["pipeline"]["sources"][0]["options"]
+    options.update({"kafka.bootstrap.servers": bootstrap, "subscribe": source, "maxOffsetsPerTrigger": str(max_offsets)})
+    if max_offsets is None:
+        del options["maxOffsetsPerTrigger"]
     job["pipeline"]["sink"]["kafka"].update({"bootstrapServers": bootstrap, "topic": target, "delivery": delivery})
     path.write_text(json.dumps(job))
     return path
@@ -101,8 +110,6 @@ def percentile(values: list[float], q: float) -> float:
 
 def measure_latency(work: Path, broker: Any, delivery: str, trigger: str, seconds: float, rate: int) -> list[float]:
     """(visible - sent) in ms for every record sent at `rate`/s for `seconds` through a running pass-through job."""
-    from confluent_kafka import Consumer, Producer
-
     suffix = uuid.uuid4().hex[:6]
     source, target = broker.create_topic(f"pings-{suffix}"), broker.create_topic(f"pongs-{suffix}")
     job = passthrough_job(work / f"latency-{delivery}.json", broker.bootstrap, source, target, delivery)
@@ -119,42 +126,52 @@ def measure_latency(work: Path, broker: Any, delivery: str, trigger: str, second
                 raise SystemExit(f"latency job ({delivery}) did not start:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.5)
         time.sleep(10)  # the first batches (source initialisation, the producer's init_transactions) are not steady state
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"bench-{suffix}", "auto.offset.reset": "earliest",
-                             "isolation.level": "read_committed", "enable.auto.commit": False})
-        consumer.subscribe([target])
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
-        sent = int(seconds * rate)
-
-        def send() -> None:
-            start = time.time()
-            for i in range(sent):
-                wait = start + i / rate - time.time()
-                if wait > 0:
-                    time.sleep(wait)
-                producer.produce(source, key=str(i).encode(), value=repr(time.time()).encode())
-                producer.poll(0)
-            producer.flush(30)
-
-        sender = threading.Thread(target=send, daemon=True)
-        sender.start()
-        latencies: list[float] = []
-        stop_at = time.monotonic() + seconds + 60
-        while len(latencies) < sent and time.monotonic() < stop_at:
-            msg = consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            latencies.append((time.time() - float(msg.value())) * 1000)
-        sender.join(30)
-        consumer.close()
-        if len(latencies) < sent:
-            raise SystemExit(f"latency ({delivery}): {len(latencies)} of {sent} records visible within {seconds + 60:.0f}s")
-        return latencies
+        return probe_latency(broker.bootstrap, source, target, seconds, rate, label=delivery)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(120)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def probe_latency(bootstrap: str, source: str, target: str, seconds: float, rate: int, label: str,
+                  skip_keys: frozenset[bytes] | set[bytes] = frozenset()) -> list[float]:
+    """Sends records carrying their send time to `source` at `rate`/s for `seconds`; (visible - sent) in ms
+    for each as a read_committed consumer of `target` sees it (records keyed by one of `skip_keys`, a
+    warm-up, not counted). A pass-through job must be running."""
+    from confluent_kafka import Consumer, Producer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.subscribe([target])
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    sent = int(seconds * rate)
+
+    def send() -> None:
+        start = time.time()
+        for i in range(sent):
+            wait = start + i / rate - time.time()
+            if wait > 0:
+                time.sleep(wait)
+            producer.produce(source, key=str(i).encode(), value=repr(time.time()).encode())
+            producer.poll(0)
+        producer.flush(30)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    latencies: list[float] = []
+    stop_at = time.monotonic() + seconds + 60
+    while len(latencies) < sent and time.monotonic() < stop_at:
+        msg = consumer.poll(0.2)
+        if msg is None or msg.error() or msg.key() in skip_keys:
+            continue
+        latencies.append((time.time() - float(msg.value())) * 1000)
+    sender.join(30)
+    consumer.close()
+    if len(latencies) < sent:
+        raise SystemExit(f"latency ({label}): {len(latencies)} of {sent} records visible within {seconds + 60:.0f}s")
+    return latencies
 
 
 def main() -> None:

@@ -99,20 +99,21 @@ def _stamp(line: str) -> float:
     return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
-def runtime_command(work: Path, job: Path, checkpoint: Path, trigger: str = "available-now", name: str = "bench") -> list[str]:
+def runtime_command(work: Path, job: Path, checkpoint: Path, trigger: str = "available-now", name: str = "bench",
+                    state_partitions: int = PARTITIONS) -> list[str]:
     """The runtime run command line for `job` (one local[2] driver, no UI)."""
     token = work / "token"
     token.write_text("bench")
     return [sys.executable, "-m", "job_runtime.main", "run", "--job", str(job), "--name", name, "--namespace", "bench",
-            "--checkpoint", checkpoint.as_uri(), "--state-partitions", str(PARTITIONS),
+            "--checkpoint", checkpoint.as_uri(), "--state-partitions", str(state_partitions),
             "--trigger-interval", trigger, "--token-file", str(token), "--master", "local[2]",
             "--conf", "spark.ui.enabled=false"]
 
 
-def run_available_now(work: Path, job: Path, checkpoint: Path, name: str = "bench") -> float:
+def run_available_now(work: Path, job: Path, checkpoint: Path, name: str = "bench", state_partitions: int = PARTITIONS) -> float:
     """Runs `job` to its end (Trigger.AvailableNow); the query time from the runtime's own log lines."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run(runtime_command(work, job, checkpoint, name=name), cwd=work, env=env,
+    result = subprocess.run(runtime_command(work, job, checkpoint, name=name, state_partitions=state_partitions), cwd=work, env=env,
                             capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SystemExit(f"runtime run failed ({result.returncode}):\n{result.stderr[-3000:]}")
