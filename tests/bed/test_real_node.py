@@ -72,6 +72,10 @@ def pod(name: str, image: str, command: list[str], *, restart: str = "Never", la
             containers=[client.V1Container(
                 name="main", image=image, image_pull_policy="Never", command=command, resources=resources,
                 ports=[client.V1ContainerPort(container_port=port)] if port else None,
+                # Ready only once the server listens: a container is Running (and, without a probe, Ready) as
+                # soon as it starts, before its shell has exec'd the server; a connection then is refused
+                readiness_probe=client.V1Probe(tcp_socket=client.V1TCPSocketAction(port=port), period_seconds=1)
+                if port else None,
             )],
         ),
     )
