@@ -93,6 +93,9 @@ def few_threads_operator(testbed: TestBed, crd: None, request: pytest.FixtureReq
         print(f"--- operator log {op.log_path} (tail) ---\n{op.log()[-6000:]}")
 
 
+# slow: 3 to 8 minutes (nine jobs, two Spark starts); the CI budget. The rule it checks is unit-tested in the default
+# run (tests/unit/test_operator_s3_limits.py); run it with `bash scripts/test.sh -m slow tests/e2e/test_s3_isolation.py`.
+@pytest.mark.slow
 def test_jobs_on_a_blackholed_s3_endpoint_do_not_delay_a_healthy_jobs_restart(
     testbed: TestBed, few_threads_operator: Operator, jobs: Jobs, s3_secret: str, blackhole: Blackhole, namespace: str,
 ) -> None:
