@@ -200,7 +200,7 @@ def settled(decision: Decision, observations: Observations) -> bool:
 
 def steady_for(decision: Decision, observations: Observations, now: datetime) -> float:
     """Seconds a running, Ready job with nothing pending can go without a timer pass: until its next
-    ``/status`` poll is due (``observe.JOB_POLL_SECONDS`` after the last one). 0 for any other job.
+    ``/status`` poll is due (``policy.JOB_POLL_SECONDS`` after the last one). 0 for any other job.
 
     Such a job's timer pass between polls reads only the cache and decides nothing new; at 1,000 jobs
     those passes (one per job every 2 s) were most of the operator's CPU. What can change it comes as

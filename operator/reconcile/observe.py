@@ -152,7 +152,8 @@ def savepoint_progress(body: dict[str, Any]) -> SavepointProgress | None:
 
 # (namespace, job) -> (driver pod, when its control endpoint first went unanswered since its last answer).
 # In memory: an operator that restarts counts again from its own first unanswered poll, which only delays a
-# DriverUnreachable restart; a pass's own threads never share a job (kopf runs one pass per job at a time).
+# DriverUnreachable restart. One job's passes never run at once (each holds its job's lock, handlers._lock).
+# An entry outlives a job deleted while its driver was silent: one small tuple per such job, until a restart.
 _UNANSWERED: dict[tuple[str, str], tuple[str, datetime]] = {}
 
 
