@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -39,6 +39,7 @@ from streamjob_operator.reconcile.model import Decision, Event, Observations, Po
 from streamjob_operator.reconcile.observe import observe
 from streamjob_operator.reconcile.policy import JOB_POLL_SECONDS
 from streamjob_operator.reconcile.policy import parse_time
+from streamjob_operator.slots import DEFAULT_LIMIT, UpgradeSlots
 
 log = logging.getLogger("streamjob_operator")
 
@@ -64,6 +65,7 @@ class Settings:
     idle_seconds: float = IDLE_SECONDS
     workers: int = WORKERS
     read_cache: bool = True  # passes read StreamJobs and driver pods from the watches (k8s.cache)
+    upgrade_slots: UpgradeSlots = field(default_factory=lambda: UpgradeSlots(DEFAULT_LIMIT))
     fence: Callable[[], None] = no_fence  # LeaderElector.ensure_leading when elected
 
 
@@ -129,6 +131,7 @@ def reconcile(namespace: str, name: str) -> Decision | None:
             if body is None:
                 metrics.forget_job(namespace, name)
                 clients.cache.forget(namespace, name)
+                SETTINGS.upgrade_slots.forget((namespace, name))
                 _idle_until.pop((namespace, name), None)
                 return None
             meta = body["metadata"]
@@ -148,7 +151,7 @@ def reconcile(namespace: str, name: str) -> Decision | None:
             except Exception as err:
                 _report(actor, owner, status, [describe_error(err, "reading the job's driver pods")], now, generation, version)
                 raise PassFailed(str(err)) from err
-            decision = decide(spec, status, observations, now)
+            decision = _decide((namespace, name), spec, status, observations, now)
             metrics.record_pass(namespace, name, status, decision.status, decision.events, now)
             if decision.status != status:
                 try:
@@ -184,6 +187,14 @@ def reconcile(namespace: str, name: str) -> Decision | None:
                 break
         _gate(namespace, name, decision, observations)
         return decision
+
+
+def _decide(key: tuple[str, str], spec: StreamJobSpec, status: StreamJobStatus, observations: Observations,
+            now: datetime) -> Decision:
+    """``decide`` with the job's upgrade slot: whether one is free is an observation, and whether the decision holds
+    one is recorded before its status is written (``slots``: the operator-wide --max-concurrent-upgrades)."""
+    return SETTINGS.upgrade_slots.decide_with_slot(
+        key, lambda free: decide(spec, status, replace(observations, upgrade_slot=free), now))
 
 
 def settled(decision: Decision, observations: Observations) -> bool:
@@ -327,7 +338,9 @@ async def on_streamjob_event(type: str | None, body: kopf.Body, **_: Any) -> Non
     """Every version of every StreamJob the watch delivers goes into the read cache (no pass runs here).
 
     In the event loop, at once (see ``on_driver_pod``)."""
-    _clients().cache.saw_job(dict(body), deleted=type == "DELETED")
+    job, meta = dict(body), body.get("metadata") or {}
+    _clients().cache.saw_job(job, deleted=type == "DELETED")
+    SETTINGS.upgrade_slots.saw((meta.get("namespace") or "default", str(meta.get("name"))), job, deleted=type == "DELETED")
 
 
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL)

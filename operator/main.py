@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import kopf
 
 from streamjob_operator.k8s.resources import RuntimeLayout
+from streamjob_operator.slots import DEFAULT_LIMIT, UpgradeSlots
 
 if TYPE_CHECKING:
     from streamjob_operator.k8s.lease import LeaderElector
@@ -65,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--control-port", type=int, default=RuntimeLayout.control_port, help="driver control endpoint port")
     parser.add_argument("--workers", type=int, default=int(os.environ.get("STREAMJOB_WORKERS", "16")),
                         help="reconcile passes of different jobs that run at once (passes of one job are serialised)")
+    parser.add_argument("--max-concurrent-upgrades", type=int, metavar="N",
+                        default=int(os.environ.get("STREAMJOB_MAX_CONCURRENT_UPGRADES", str(DEFAULT_LIMIT))),
+                        help="jobs that run an upgrade or a rollback at once; the other changed jobs keep running their "
+                        "current spec and wait (Progressing: UpgradeQueued). 0: no bound")
     parser.add_argument("--idle-poll-seconds", type=float, default=float(os.environ.get("STREAMJOB_IDLE_POLL_SECONDS", "60")),
                         help="between timer passes of a settled job with no driver (suspended, failed, finished); "
                         "a spec change or a driver pod event still runs a pass at once")
@@ -137,7 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--workers: must be >= 1")
     if args.idle_poll_seconds < handlers.TIMER_SECONDS:
         parser.error(f"--idle-poll-seconds: must be >= {handlers.TIMER_SECONDS:g} (the timer's interval)")
+    if args.max_concurrent_upgrades < 0:
+        parser.error("--max-concurrent-upgrades: must be >= 0 (0: no bound)")
     handlers.SETTINGS.workers = args.workers
+    handlers.SETTINGS.upgrade_slots = UpgradeSlots(args.max_concurrent_upgrades)
     handlers.SETTINGS.idle_seconds = args.idle_poll_seconds
     handlers.SETTINGS.read_cache = args.read_cache
 

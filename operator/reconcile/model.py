@@ -117,6 +117,7 @@ class Observations:
     manifest: SavepointManifest | None = None  # at status.operation.savepointPath
     checkpoint_batch: int | None = None  # latest completed batch of status.checkpointLocation
     repartition_supported: bool = False  # the runtime can restore into another state-partition count
+    upgrade_slot: bool = True  # the operator's bound on concurrent upgrades has room for this job (UpgradeSlots)
     problems: tuple[Problem, ...] = ()  # what observe could not read (reported by the glue, not decided on)
 
 

@@ -382,6 +382,11 @@ class JobWatch(ListThenWatch):
         with self._lock:
             return [v for v in self._versions if v["metadata"]["name"] == name]
 
+    def history(self) -> list[dict[str, Any]]:
+        """Every recorded version of every job of the namespace, in the order the API server stored them."""
+        with self._lock:
+            return list(self._versions)
+
     def transitions(self, name: str) -> list[tuple[str | None, str | None]]:
         """(status.state, status.operation.kind) each time either changed, in order."""
         out: list[tuple[str | None, str | None]] = []

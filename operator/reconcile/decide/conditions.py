@@ -30,7 +30,7 @@ from streamjob_operator.api.status import (
 
 from ..model import Event, Problem
 from ..policy import fmt_time
-from .context import Pass, clip
+from .context import UPGRADE_QUEUED, Pass, clip
 
 ORDER = ["Ready", "Progressing", "Degraded", "Savepointing", "Reconciling", "Stalled"]
 # states the operator leaves only on a spec or nonce change, though the spec asks for a running job
@@ -109,6 +109,8 @@ def conditions(p: Pass) -> None:
     if op is not None:
         set_condition(p, "Progressing", "True", op.kind.progress_reason,
                       f"{op.kind} {op.phase}: {op.message}" if op.message else f"{op.kind} {op.phase}")
+    elif p.queued is not None:
+        set_condition(p, "Progressing", "True", UPGRADE_QUEUED, p.queued)
     elif st.blocked_change is not None:
         set_condition(p, "Progressing", "False", st.blocked_change.reason, st.blocked_change.message)
     else:
@@ -178,6 +180,8 @@ def kstatus_conditions(p: Pass, ready: bool) -> None:
     if op is not None:
         set_condition(p, "Reconciling", "True", op.kind.progress_reason,
                       f"{op.kind} {op.phase}: {op.message}" if op.message else f"{op.kind} {op.phase}")
+    elif p.queued is not None:
+        set_condition(p, "Reconciling", "True", UPGRADE_QUEUED, p.queued)
     elif st.next_restart_at is not None:
         set_condition(p, "Reconciling", "True", "RestartScheduled", f"The driver is restarted at {st.next_restart_at}")
     elif st.state in MOVING or st.state is None:

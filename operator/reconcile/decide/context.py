@@ -37,6 +37,7 @@ from ..model import (
 from ..policy import fmt_time, parse_time
 
 POLL_SECONDS = 2.0  # while an operation waits on the world
+UPGRADE_QUEUED = "UpgradeQueued"  # the Progressing/Reconciling reason and the event of a change waiting for a slot
 FORCE_DELETE_GRACE_SECONDS = 30  # after the deletion deadline, how long force-deleted pods may linger
 STUCK_TERMINATING_SECONDS = 60  # a pod still there this long after its grace period is on a lost node: force-delete it
 
@@ -89,6 +90,7 @@ class Pass:
         self.deletion_done = False
         self.savepoint_result: tuple[str, str] | None = None  # (reason, message) for the Savepointing condition
         self.failure: tuple[str, str] | None = None  # (reason, message) for Degraded when the job failed
+        self.queued: str | None = None  # why a changed spec waits for an upgrade slot (Progressing, Reconciling)
 
     # --- building the next status ----------------------------------------------------
     def update(self, **changes: Any) -> None:

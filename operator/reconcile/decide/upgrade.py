@@ -19,7 +19,8 @@ from streamjob_operator.api.status import OpKind, Operation, Phase
 from ..changes import ChangeKind, changed_fields, classify
 from ..model import DriverPod
 from . import lineage, restart, rollout, standby
-from .context import POLL_SECONDS, Pass, Steps, clip, hash_text, spec_dict, spec_hash, spec_json
+from .conditions import find
+from .context import POLL_SECONDS, UPGRADE_QUEUED, Pass, Steps, clip, hash_text, spec_dict, spec_hash, spec_json
 from .repartition import refuse_repartition
 
 
@@ -42,10 +43,13 @@ def start_change(p: Pass) -> bool:
         p.update(last_reconciled_spec=spec_json(p.spec))
         restart.start_restart(p, "restartNonce changed")
         return True
+    fields = ", ".join(f for f, k in changed_fields(old, new).items() if k is not ChangeKind.ignore)
+    if not p.obs.upgrade_slot:
+        queue(p, fields)
+        return False
     if kind is ChangeKind.savepoint_restore:
         start_savepoint_restore(p)
         return True
-    fields = ", ".join(f for f, k in changed_fields(old, new).items() if k is not ChangeKind.ignore)
     mode = p.spec.upgrade_mode
     if mode is UpgradeMode.savepoint and p.spec.savepoint is None:
         mode = UpgradeMode.last_state
@@ -75,6 +79,19 @@ def start_change(p: Pass) -> bool:
     p.emit("Normal", "Upgrading", clip(f"Rolling out the changed spec ({fields}) with upgradeMode {mode.value}"))
     p.again(0)
     return True
+
+
+def queue(p: Pass, fields: str) -> None:
+    """No upgrade slot is free (the operator's --max-concurrent-upgrades): the job keeps running its current spec,
+    Progressing and Reconciling say why the change waits, an event says it once; a later pass starts the upgrade
+    when another job's upgrade has ended. Nothing is recorded in status but the conditions: the queue is the
+    operator's, and a restarted operator rebuilds it from the jobs' operations."""
+    p.queued = clip(f"The changed spec ({fields}) waits for an upgrade slot: the operator runs at most "
+                    "--max-concurrent-upgrades upgrades at once")
+    prior = find(p, "Progressing")
+    if prior is None or prior.reason != UPGRADE_QUEUED:
+        p.emit("Normal", UPGRADE_QUEUED, p.queued)
+    p.again(POLL_SECONDS)
 
 
 def stopped_job(p: Pass) -> None:
