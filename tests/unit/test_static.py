@@ -102,3 +102,13 @@ def test_the_cycle_check_finds_a_circle() -> None:
     graph.add_import(importer="pkg.c", imported="pkg.a")
     graph.add_import(importer="pkg.d", imported="pkg.a")
     assert import_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest imports test modules by basename (rootdir mode, no __init__.py): two test_x.py in two folders stop
+    the whole run at collection, which the fast lane (tests/unit, tests/crd) alone would not show."""
+    seen: dict[str, list[str]] = {}
+    for path in (REPO / "tests").rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not clashes, f"test modules sharing a basename: {clashes}"
