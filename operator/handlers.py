@@ -4,9 +4,12 @@ Registered when ``streamjob_operator.main`` imports this module before
 starting kopf. Every trigger — create/update/resume of a StreamJob, a timer,
 any change of a driver pod (so a failure is acted on within a second), and
 deletion (with kopf's finalizer) — runs the same level-based pass; handlers
-never branch on what triggered them. A per-job lock serialises passes of one
-job inside this process; the leader Lease (main) keeps other replicas out, and
-its fence (``Settings.fence``) runs before every write the actor makes.
+never branch on what triggered them, except for the queue: the handlers are
+coroutines that hand the pass to ``dispatch.PassPool``, events ahead of timer
+ticks, and the timer asks whether a job is due in the event loop. A per-job
+lock serialises passes of one job inside this process; the leader Lease (main)
+keeps other replicas out, and its fence (``Settings.fence``) runs before every
+write the actor makes.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import kopf
 
 from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator import metrics
+from streamjob_operator.dispatch import ROUTINE, URGENT, PassPool
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, DeletionSpec, SpecError, StreamJobSpec, parse_spec
 from streamjob_operator.api.status import StreamJobStatus
 from streamjob_operator.k8s.act import ActionFailed, Actor, Outcome, describe_action, no_fence
@@ -37,7 +41,7 @@ from streamjob_operator.reconcile.decide.conditions import record_problems
 from streamjob_operator.reconcile.decide.context import FORCE_DELETE_GRACE_SECONDS
 from streamjob_operator.reconcile.model import Decision, Event, Observations, PodPhase, Problem
 from streamjob_operator.reconcile.observe import observe
-from streamjob_operator.reconcile.policy import JOB_POLL_SECONDS
+from streamjob_operator.progress import Progress
 from streamjob_operator.reconcile.policy import parse_time
 from streamjob_operator.slots import DEFAULT_LIMIT, UpgradeSlots
 
@@ -66,6 +70,7 @@ class Settings:
     workers: int = WORKERS
     read_cache: bool = True  # passes read StreamJobs and driver pods from the watches (k8s.cache)
     upgrade_slots: UpgradeSlots = field(default_factory=lambda: UpgradeSlots(DEFAULT_LIMIT))
+    progress: Progress = field(default_factory=Progress)  # the driver poll and progress write budgets
     fence: Callable[[], None] = no_fence  # LeaderElector.ensure_leading when elected
 
 
@@ -83,6 +88,20 @@ def _clients() -> Clients:
         _state["clients"] = Clients(load_api_client(lambda: SETTINGS.fence(), lambda: SETTINGS.write_timeout, pool_size=SETTINGS.workers + 2), SETTINGS.layout, SETTINGS.s3_limits, cache=ReadCache(SETTINGS.read_cache), fence=lambda: SETTINGS.fence())
     clients: Clients = _state["clients"]
     return clients
+
+
+def _pool() -> PassPool:
+    """The workers passes run on (created in the event loop, its only caller)."""
+    if "pool" not in _state:
+        _state["pool"] = PassPool(SETTINGS.workers, lambda key: measured(*key))
+    pool: PassPool = _state["pool"]
+    return pool
+
+
+def waiting(priority: str) -> int:
+    """Passes waiting for a worker, ``urgent`` or ``routine`` (for /metrics)."""
+    pool: PassPool | None = _state.get("pool")
+    return 0 if pool is None else pool.depth()[URGENT if priority == "urgent" else ROUTINE]
 
 
 def _lock(namespace: str, name: str) -> threading.Lock:
@@ -132,13 +151,15 @@ def reconcile(namespace: str, name: str) -> Decision | None:
                 metrics.forget_job(namespace, name)
                 clients.cache.forget(namespace, name)
                 SETTINGS.upgrade_slots.forget((namespace, name))
+                SETTINGS.progress.forget((namespace, name))
                 _idle_until.pop((namespace, name), None)
                 return None
             meta = body["metadata"]
             owner = Owner(name, namespace, meta["uid"])
             generation = int(meta.get("generation") or 1)
             version: str | None = meta.get("resourceVersion")  # every status write of this pass is conditional on it
-            status = _status_of(body)
+            stored = _status_of(body)
+            status = SETTINGS.progress.overlay((namespace, name), stored)  # with the progress not written yet
             now = datetime.now(timezone.utc)
             try:
                 spec = parse_spec(body.get("spec"))
@@ -147,15 +168,17 @@ def reconcile(namespace: str, name: str) -> Decision | None:
                 _report(actor, owner, status, [Problem("InvalidSpec", str(err))], now, generation, version)
                 raise kopf.PermanentError(str(err)) from None
             try:
-                observations = observe(clients, body, spec, status, now, SETTINGS.repartition_supported)
+                observations = observe(clients, body, spec, status, now, SETTINGS.repartition_supported,
+                                       SETTINGS.progress.poll_seconds())
             except Exception as err:
                 _report(actor, owner, status, [describe_error(err, "reading the job's driver pods")], now, generation, version)
                 raise PassFailed(str(err)) from err
             decision = _decide((namespace, name), spec, status, observations, now)
             metrics.record_pass(namespace, name, status, decision.status, decision.events, now)
-            if decision.status != status:
+            if decision.status != stored and not SETTINGS.progress.defer((namespace, name), stored, decision, now):
                 try:
                     version = actor.write_status(owner, decision.status, version)  # the write-ahead log: before any action
+                    SETTINGS.progress.written((namespace, name))
                 except Exception as err:  # nothing may be acted on that status does not record
                     if getattr(err, "status", None) == 409:  # written since this pass read it: decide again on a fresh read
                         log.info("Status changed since read streamjob=%s/%s resourceVersion=%s; passing again", namespace, name, version)
@@ -209,9 +232,10 @@ def settled(decision: Decision, observations: Observations) -> bool:
     )
 
 
-def steady_for(decision: Decision, observations: Observations, now: datetime) -> float:
+def steady_for(decision: Decision, observations: Observations, now: datetime, poll_seconds: float) -> float:
     """Seconds a running, Ready job with nothing pending can go without a timer pass: until its next
-    ``/status`` poll is due (``policy.JOB_POLL_SECONDS`` after the last one). 0 for any other job.
+    ``/status`` poll is due (``poll_seconds`` after the last one: ``progress.Progress.poll_seconds``). 0 for
+    any other job.
 
     Such a job's timer pass between polls reads only the cache and decides nothing new; at 1,000 jobs
     those passes (one per job every 2 s) were most of the operator's CPU. What can change it comes as
@@ -226,14 +250,15 @@ def steady_for(decision: Decision, observations: Observations, now: datetime) ->
     seen = parse_time(st.job.observed_at)
     if seen is None:
         return 0.0
-    return max(0.0, JOB_POLL_SECONDS - (now - seen).total_seconds())
+    return max(0.0, poll_seconds - (now - seen).total_seconds())
 
 
 def _gate(namespace: str, name: str, decision: Decision | None, observations: Observations | None) -> None:
     key = (namespace, name)
     if decision is not None and observations is not None and settled(decision, observations):
         _idle_until[key] = time.monotonic() + SETTINGS.idle_seconds
-    elif decision is not None and observations is not None and (wait := steady_for(decision, observations, datetime.now(timezone.utc))):
+    elif decision is not None and observations is not None and (
+            wait := steady_for(decision, observations, datetime.now(timezone.utc), SETTINGS.progress.poll_seconds())):
         _idle_until[key] = time.monotonic() + wait
     else:
         _idle_until.pop(key, None)
@@ -256,6 +281,7 @@ def _post(actor: Actor, owner: Owner, events: Iterable[Event]) -> None:
 def _write(actor: Actor, owner: Owner, status: StreamJobStatus, version: str | None = None) -> None:
     try:
         actor.write_status(owner, status, version)
+        SETTINGS.progress.written((owner.namespace, owner.name))
     except Exception as err:
         log.warning("Failed to write status streamjob=%s/%s error=%s", owner.namespace, owner.name, err)
 
@@ -300,8 +326,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")
     settings.posting.level = logging.WARNING
-    settings.execution.max_workers = SETTINGS.workers
-    _state["executor"] = settings.execution.executor  # where the event handlers below run their passes
+    settings.execution.max_workers = 2  # kopf's own pool: the handlers below are coroutines, passes run in _pool()
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
 
@@ -326,9 +351,14 @@ def measured(namespace: str, name: str) -> Decision | None:
             metrics.RECONCILE_ERRORS.labels(outcome).inc()
 
 
-def _run(namespace: str, name: str) -> Decision | None:
+async def _pass(namespace: str, name: str, priority: int) -> Decision | None:
+    """The job's next pass on a worker (joining one already waiting), awaited in the event loop."""
+    return await asyncio.wrap_future(_pool().submit((namespace, name), priority))
+
+
+async def _run(namespace: str, name: str, priority: int) -> Decision | None:
     try:
-        return measured(namespace, name)
+        return await _pass(namespace, name, priority)
     except PassFailed as err:  # already in status and an event: retry soon, without a traceback
         raise kopf.TemporaryError(f"pass failed: {err}", delay=FAILED_PASS_RETRY_SECONDS) from None
 
@@ -339,30 +369,33 @@ async def on_streamjob_event(type: str | None, body: kopf.Body, **_: Any) -> Non
 
     In the event loop, at once (see ``on_driver_pod``)."""
     job, meta = dict(body), body.get("metadata") or {}
-    _clients().cache.saw_job(job, deleted=type == "DELETED")
-    SETTINGS.upgrade_slots.saw((meta.get("namespace") or "default", str(meta.get("name"))), job, deleted=type == "DELETED")
+    key, deleted = (meta.get("namespace") or "default", str(meta.get("name"))), type == "DELETED"
+    _clients().cache.saw_job(job, deleted=deleted)
+    SETTINGS.upgrade_slots.saw(key, job, deleted=deleted)
+    SETTINGS.progress.saw(key, deleted=deleted)
 
 
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL)
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL)
-def on_change(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> None:
+async def on_change(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> None:
     _clients().cache.saw_job(dict(body))
-    _run(namespace or "default", name)
+    await _run(namespace or "default", name, URGENT)
 
 
 @kopf.timer(API_GROUP, API_VERSION, PLURAL, interval=TIMER_SECONDS, sharp=False)
-def on_timer(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> None:
+async def on_timer(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> None:
+    """Every job every ``TIMER_SECONDS``, in the event loop: a job not ``due`` costs no worker and no request."""
     ns = namespace or "default"
     if due(ns, name):
         _clients().cache.saw_job(dict(body))
-        _run(ns, name)
+        await _run(ns, name, ROUTINE)
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_ROLE: names.ROLE_DRIVER, names.LABEL_MANAGED_BY: names.MANAGED_BY})
 async def on_driver_pod(namespace: str | None, labels: Mapping[str, str], type: str | None, body: kopf.Body,  # noqa: A002
                         **_: Any) -> None:
-    """A driver pod's event: into the read cache at once, in the event loop; then a pass of its job on a worker.
+    """A driver pod's event: into the read cache at once, in the event loop; then an urgent pass of its job.
 
     The cache is fed here, not in the worker: a synchronous handler waits for a free worker like every pass,
     and with a backlog of passes (1,000 jobs created at once) the passes read pods minutes old, so a driver
@@ -372,18 +405,18 @@ async def on_driver_pod(namespace: str | None, labels: Mapping[str, str], type: 
         return
     _clients().cache.saw_pod(job, dict(body), deleted=type == "DELETED")
     if type is not None:  # type None: the initial listing, covered by on.resume
-        await asyncio.get_running_loop().run_in_executor(_state.get("executor"), measured, namespace, job)
+        await _pass(namespace, job, URGENT)
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, PLURAL)
-def on_delete(namespace: str | None, name: str, meta: Mapping[str, Any], spec: Mapping[str, Any], body: kopf.Body,
-              **_: Any) -> None:
+async def on_delete(namespace: str | None, name: str, meta: Mapping[str, Any], spec: Mapping[str, Any], body: kopf.Body,
+                    **_: Any) -> None:
     """Deletion is bounded: past spec.deletion.timeoutSeconds (plus the force-delete grace) the finalizer is
     released even when every pass fails, with an event saying what was skipped."""
     ns = namespace or "default"
     _clients().cache.saw_job(dict(body))  # its deletionTimestamp, whichever handler kopf runs first
     try:
-        decision = measured(ns, name)
+        decision = await _pass(ns, name, URGENT)
         if decision is None or decision.deletion_done:
             return
         why, delay = "waiting for the driver to stop", max(1.0, decision.requeue_after or 1.0)
@@ -397,7 +430,8 @@ def on_delete(namespace: str | None, name: str, meta: Mapping[str, Any], spec: M
                    "Skipped: stopping the driver and deleting the job's objects through the operator; Kubernetes garbage "
                    "collection deletes them through their owner references. Savepoints and checkpoints in S3 are kept.")
         log.warning("Released finalizer streamjob=%s/%s reason=DeletionTimedOut why=%s", ns, name, why)
-        Actor(_clients(), SETTINGS.fence).emit(Owner(name, ns, str(meta.get("uid") or "")), Event("Warning", "DeletionTimedOut", message))
+        await asyncio.to_thread(Actor(_clients(), SETTINGS.fence).emit, Owner(name, ns, str(meta.get("uid") or "")),
+                                Event("Warning", "DeletionTimedOut", message))
         metrics.forget_job(ns, name)
         return
     raise kopf.TemporaryError(why, delay=delay)

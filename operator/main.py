@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import kopf
 
 from streamjob_operator.k8s.resources import RuntimeLayout
+from streamjob_operator.progress import DEFAULT_POLLS_PER_SECOND, DEFAULT_WRITES_PER_SECOND, Progress
 from streamjob_operator.slots import DEFAULT_LIMIT, UpgradeSlots
 
 if TYPE_CHECKING:
@@ -70,6 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
                         default=int(os.environ.get("STREAMJOB_MAX_CONCURRENT_UPGRADES", str(DEFAULT_LIMIT))),
                         help="jobs that run an upgrade or a rollback at once; the other changed jobs keep running their "
                         "current spec and wait (Progressing: UpgradeQueued). 0: no bound")
+    parser.add_argument("--driver-polls-per-second", type=float, metavar="N",
+                        default=float(os.environ.get("STREAMJOB_DRIVER_POLLS_PER_SECOND", str(DEFAULT_POLLS_PER_SECOND))),
+                        help="budget of steady /status polls of Ready drivers, over all jobs: each is polled every 10 s up to "
+                        "10 x N jobs, then every jobs/N s (events and operations are not held to it)")
+    parser.add_argument("--progress-writes-per-second", type=float, metavar="N",
+                        default=float(os.environ.get("STREAMJOB_PROGRESS_WRITES_PER_SECOND", str(DEFAULT_WRITES_PER_SECOND))),
+                        help="budget of status writes that carry only a Ready job's progress (batch, rates, lastCheckpoint), "
+                        "over all jobs: at most every 10 s per job up to 10 x N jobs, then every jobs/N s; any other change "
+                        "is written at once")
     parser.add_argument("--idle-poll-seconds", type=float, default=float(os.environ.get("STREAMJOB_IDLE_POLL_SECONDS", "60")),
                         help="between timer passes of a settled job with no driver (suspended, failed, finished); "
                         "a spec change or a driver pod event still runs a pass at once")
@@ -144,7 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--idle-poll-seconds: must be >= {handlers.TIMER_SECONDS:g} (the timer's interval)")
     if args.max_concurrent_upgrades < 0:
         parser.error("--max-concurrent-upgrades: must be >= 0 (0: no bound)")
+    for flag, budget in (("--driver-polls-per-second", args.driver_polls_per_second),
+                         ("--progress-writes-per-second", args.progress_writes_per_second)):
+        if budget <= 0:
+            parser.error(f"{flag}: must be > 0, got {budget:g}")
     handlers.SETTINGS.workers = args.workers
+    handlers.SETTINGS.progress = Progress(args.driver_polls_per_second, args.progress_writes_per_second)
     handlers.SETTINGS.upgrade_slots = UpgradeSlots(args.max_concurrent_upgrades)
     handlers.SETTINGS.idle_seconds = args.idle_poll_seconds
     handlers.SETTINGS.read_cache = args.read_cache
@@ -157,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as err:  # e.g. the port is taken: say which flag and address
             parser.error(f"--metrics-address: cannot listen on {args.metrics_address}: {err}")
         log.info("Serving metrics address=http://%s/metrics", args.metrics_address)
+    slots, progress = handlers.SETTINGS.upgrade_slots, handlers.SETTINGS.progress
+    metrics.watch_operator(handlers.waiting, slots.in_use, slots.queued, progress.poll_seconds, progress.progress_seconds)
     metrics.LEADER.set(0)
     loop = asyncio.new_event_loop()
     elector = None

@@ -63,8 +63,41 @@ ROLLBACK_DURATION = Histogram(f"{PREFIX}_rollback_duration_seconds", "From the s
 FAILURE_REACTION = Histogram(f"{PREFIX}_failure_reaction_seconds",
                              "From the pass that saw a driver fail to the one that created its replacement (includes restart backoff).",
                              buckets=_OPERATION_BUCKETS, registry=REGISTRY)
+PASSES_WAITING = Gauge(f"{PREFIX}_passes_waiting",
+                       "Reconcile passes waiting for a worker, by priority (urgent: a driver pod, spec change or deletion "
+                       "asked for it; routine: a timer).", ["priority"], registry=REGISTRY)
+UPGRADE_SLOTS_IN_USE = Gauge(f"{PREFIX}_upgrade_slots_in_use",
+                             "Jobs running an upgrade or a rollback now (at most --max-concurrent-upgrades).", registry=REGISTRY)
+UPGRADES_QUEUED = Gauge(f"{PREFIX}_upgrades_queued", "Changed jobs waiting for an upgrade slot (Progressing: UpgradeQueued).",
+                        registry=REGISTRY)
+DRIVER_POLL_INTERVAL = Gauge(f"{PREFIX}_driver_poll_interval_seconds",
+                             "Seconds between two polls of a Ready job's driver (10, or more past --driver-polls-per-second x 10 jobs).",
+                             registry=REGISTRY)
+PROGRESS_WRITE_INTERVAL = Gauge(f"{PREFIX}_progress_write_interval_seconds",
+                                "Seconds between two writes of a Ready job's progress to its status when nothing else changed "
+                                "(10, or more past --progress-writes-per-second x 10 jobs).", registry=REGISTRY)
 LEADER = Gauge(f"{PREFIX}_leader", "1 when this replica holds the leader Lease (or runs without leader election), else 0.",
                registry=REGISTRY)
+
+PRIORITIES = ("urgent", "routine")
+for _priority in PRIORITIES:
+    PASSES_WAITING.labels(_priority)
+
+
+def watch_operator(waiting: Callable[[str], int], slots_in_use: Callable[[], int], queued: Callable[[], int],
+                   poll_interval: Callable[[], float], write_interval: Callable[[], float]) -> None:
+    """The operator-wide gauges read at each scrape: ``waiting(priority)`` for each of ``PRIORITIES``, and the rest."""
+    for priority in PRIORITIES:
+        PASSES_WAITING.labels(priority).set_function(_reader(waiting, priority))
+    UPGRADE_SLOTS_IN_USE.set_function(slots_in_use)
+    UPGRADES_QUEUED.set_function(queued)
+    DRIVER_POLL_INTERVAL.set_function(poll_interval)
+    PROGRESS_WRITE_INTERVAL.set_function(write_interval)
+
+
+def _reader(waiting: Callable[[str], int], priority: str) -> Callable[[], float]:
+    return lambda: float(waiting(priority))
+
 
 OUTCOMES = ("success", "error", "permanent")
 SAVEPOINT_TRIGGERS = ("upgrade", "suspend", "manual", "periodic", "delete", "rollback")

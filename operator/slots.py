@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streamjob_operator.api.status import OpKind, StreamJobStatus
+from streamjob_operator.reconcile.decide.context import UPGRADE_QUEUED
 from streamjob_operator.reconcile.model import Decision
 
 Key = tuple[str, str]
@@ -39,6 +40,11 @@ def holds(status: StreamJobStatus) -> bool:
     """True when the status records an upgrade or rollback in progress."""
     op = status.operation
     return op is not None and op.kind in HOLDING
+
+
+def waits(status: StreamJobStatus) -> bool:
+    """True when the status says a changed spec waits for a slot (Progressing: UpgradeQueued)."""
+    return any(c.type == "Progressing" and c.reason == UPGRADE_QUEUED for c in status.conditions)
 
 
 def _body_holds(body: dict[str, Any]) -> bool:
@@ -54,6 +60,7 @@ class UpgradeSlots:
         self._lock = threading.Lock()
         self._held: set[Key] = set()
         self._decided: set[Key] = set()  # jobs a pass has decided for: their own decisions say, not the watch
+        self._waiting: set[Key] = set()  # jobs whose last decision queued their change (for /metrics)
 
     def saw(self, key: Key, body: dict[str, Any], deleted: bool = False) -> None:
         """A StreamJob from the watch: counts until this process has decided for it."""
@@ -74,6 +81,7 @@ class UpgradeSlots:
     def _forget(self, key: Key) -> None:
         self._held.discard(key)
         self._decided.discard(key)
+        self._waiting.discard(key)
 
     def decide_with_slot(self, key: Key, decide: Callable[[bool], Decision]) -> Decision:
         """Runs ``decide(free)`` (free: the job may start an upgrade) and records whether its decision holds a slot."""
@@ -85,8 +93,17 @@ class UpgradeSlots:
                 self._held.add(key)
             else:
                 self._held.discard(key)
+            if waits(decision.status):
+                self._waiting.add(key)
+            else:
+                self._waiting.discard(key)
             return decision
 
     def in_use(self) -> int:
         with self._lock:
             return len(self._held)
+
+    def queued(self) -> int:
+        """Jobs whose change waits for a slot, as their last pass in this process decided."""
+        with self._lock:
+            return len(self._waiting)

@@ -169,11 +169,12 @@ def remember_answer(namespace: str, name: str, pod: str, job: JobProgress, now: 
     return replace(job, unanswered_since=first[1])
 
 
-def wants_job_poll(status: StreamJobStatus, now: datetime) -> bool:
+def wants_job_poll(status: StreamJobStatus, now: datetime, poll_seconds: float = JOB_POLL_SECONDS) -> bool:
+    """True unless the job is Ready with no operation and its driver answered less than ``poll_seconds`` ago."""
     if status.operation is not None or not status.ready or status.job is None:
         return True
     seen = parse_time(status.job.observed_at)
-    return seen is None or now - seen >= timedelta(seconds=JOB_POLL_SECONDS)
+    return seen is None or now - seen >= timedelta(seconds=poll_seconds)
 
 
 def observe(
@@ -183,6 +184,7 @@ def observe(
     status: StreamJobStatus,
     now: datetime,
     repartition_supported: bool,
+    poll_seconds: float = JOB_POLL_SECONDS,
 ) -> Observations:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -196,7 +198,7 @@ def observe(
     savepoint: SavepointProgress | None = None
     savepoint_unknown = False
     live_ip = current.ip if current is not None and current.alive and current.phase is PodPhase.running else None
-    if live_ip and (wants_job_poll(status, now) or savepointing or meta.get("deletionTimestamp")):
+    if live_ip and (wants_job_poll(status, now, poll_seconds) or savepointing or meta.get("deletionTimestamp")):
         try:
             reply = clients.driver_call(live_ip, namespace, name, "GET", "/status")
             job = job_progress(reply.body) if reply.status == 200 else JobProgress()

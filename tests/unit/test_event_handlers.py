@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from streamjob_operator import handlers
+from streamjob_operator.dispatch import URGENT, PassPool
 from streamjob_operator.k8s.cache import ReadCache
 from streamjob_operator.reconcile import names
 
@@ -30,18 +30,23 @@ def pod(phase: str, version: str) -> dict[str, Any]:
 
 @pytest.fixture
 def busy_workers(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The operator's only worker, taken until the test releases it; the passes it would run, recorded."""
+    """The operator's only worker, taken by another job's pass until the test releases it; the passes run, recorded."""
     release = threading.Event()
-    executor = ThreadPoolExecutor(1)
-    executor.submit(release.wait, 10)
     passes: list[tuple[str, str]] = []
+
+    def measured(namespace: str, job: str) -> None:
+        if job == "other":
+            release.wait(10)
+        else:
+            passes.append((namespace, job))
+
     cache = ReadCache(True)
     monkeypatch.setitem(handlers._state, "clients", SimpleNamespace(cache=cache))
-    monkeypatch.setitem(handlers._state, "executor", executor)
-    monkeypatch.setattr(handlers, "measured", lambda namespace, job: passes.append((namespace, job)))
+    monkeypatch.setattr(handlers, "measured", measured)
+    monkeypatch.setitem(handlers._state, "pool", PassPool(1, lambda key: handlers.measured(*key)))
+    handlers._state["pool"].submit(("ns", "other"), URGENT)
     yield cache, release, passes
     release.set()
-    executor.shutdown()
 
 
 def test_a_driver_pod_event_reaches_the_cache_while_every_worker_is_busy(busy_workers: Any) -> None:

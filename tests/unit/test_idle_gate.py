@@ -21,6 +21,7 @@ from streamjob_operator.api.spec import StreamJobSpec, parse_spec
 from streamjob_operator.api.status import StreamJobStatus
 from streamjob_operator.reconcile.decide import decide
 from streamjob_operator.reconcile.model import DriverPod, JobProgress, Observations, PodPhase, Problem
+from streamjob_operator.reconcile.policy import JOB_POLL_SECONDS as POLL
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -119,9 +120,11 @@ def test_a_ready_job_skips_timer_passes_until_its_next_poll() -> None:
     decision, obs = run_until_ready(spec(), READY)
     assert decision.status.state == LifecycleState.running and decision.status.ready
     assert not handlers.settled(decision, obs)  # it has a live driver: not the idle gate's
-    assert handlers.steady_for(decision, obs, NOW) == pytest.approx(handlers.JOB_POLL_SECONDS)
-    assert handlers.steady_for(decision, obs, NOW + timedelta(seconds=4)) == pytest.approx(handlers.JOB_POLL_SECONDS - 4)
-    assert handlers.steady_for(decision, obs, NOW + timedelta(seconds=handlers.JOB_POLL_SECONDS)) == 0.0
+    assert handlers.steady_for(decision, obs, NOW, POLL) == pytest.approx(POLL)
+    assert handlers.steady_for(decision, obs, NOW + timedelta(seconds=4), POLL) == pytest.approx(POLL - 4)
+    assert handlers.steady_for(decision, obs, NOW + timedelta(seconds=POLL), POLL) == 0.0
+    # 1,000 jobs at the default budget of 20 polls/s: each is polled every 50 s
+    assert handlers.steady_for(decision, obs, NOW + timedelta(seconds=POLL), 50.0) == pytest.approx(40.0)
 
 
 @pytest.mark.parametrize(("job", "change", "problems"), [
@@ -135,7 +138,7 @@ def test_the_timer_keeps_its_2s_passes_for(job: JobProgress, change: dict[str, A
     if change is not None:  # the changed spec's pass starts the upgrade: an operation, a requeue
         decision = decide(spec(**change), decision.status, obs, NOW)
     obs = observed(*obs.drivers, job=obs.job, problems=problems)
-    assert handlers.steady_for(decision, obs, NOW) == 0.0
+    assert handlers.steady_for(decision, obs, NOW, POLL) == 0.0
 
 
 def test_the_gate_of_a_ready_job_reopens_at_its_next_poll(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,5 +147,5 @@ def test_the_gate_of_a_ready_job_reopens_at_its_next_poll(monkeypatch: pytest.Mo
     decision, obs = run_until_ready(spec(), READY, at=datetime.now(timezone.utc))
     handlers._gate("ns", "ready", decision, obs)
     assert not handlers.due("ns", "ready")
-    clock[0] += handlers.JOB_POLL_SECONDS
+    clock[0] += POLL
     assert handlers.due("ns", "ready")

@@ -17,7 +17,7 @@ import streamjob_operator
 PACKAGE = Path(streamjob_operator.__file__).parent
 DECIDE = sorted(str(f.relative_to(PACKAGE)) for f in (PACKAGE / "reconcile" / "decide").glob("*.py"))
 PURE = [*DECIDE, "reconcile/changes.py", "reconcile/policy.py", "reconcile/names.py", "reconcile/model.py",
-        "k8s/resources.py", "k8s/lease_rules.py", "slots.py"]
+        "k8s/resources.py", "k8s/lease_rules.py", "slots.py", "progress.py", "dispatch.py"]
 CLOCK_CALLS = {"now", "utcnow", "today", "time", "monotonic"}
 
 
