@@ -18,6 +18,10 @@ A job stuck in an upgrade keeps its slot until its operation ends (upgrades and
 rollbacks have deadlines); a deleted job gives it back (``forget``). The order
 in which queued jobs get a slot is the order of their passes, not of their edits.
 
+Not covered: right after the operator starts, a job's first pass may run before the
+watch delivered another job's status; an upgrade under way there is not counted yet,
+so the bound can be exceeded once, until it is seen (docs/operations.md says so).
+
 Used by ``streamjob_operator.handlers``, the only caller; pure bookkeeping, no I/O.
 """
 
