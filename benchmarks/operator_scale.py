@@ -64,6 +64,7 @@ from kubernetes import client, watch
 import job_runtime
 from operator_load import cpu_seconds, rss_mb
 from report import machine, publish, reproduce
+from streamjob_operator.progress import DEFAULT_POLLS_PER_SECOND, DEFAULT_WRITES_PER_SECOND
 from streamjob_operator.slots import DEFAULT_LIMIT
 from testbed import TestBed, locate
 from testbed.proc import ManagedProcess, free_port
@@ -472,7 +473,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     kwok = kwok_binary()
     assert ipaddress.ip_network(POD_CIDR).subnet_of(ipaddress.ip_network("127.0.0.0/8"))  # type: ignore[arg-type]
     result: dict[str, Any] = {"jobs": args.jobs, "real": args.real, "kwok": kwok.parent.name,
-                              "lease_seconds": args.lease_seconds, "max_concurrent_upgrades": args.max_concurrent_upgrades}
+                              "lease_seconds": args.lease_seconds, "max_concurrent_upgrades": args.max_concurrent_upgrades,
+                              "driver_polls_per_second": DEFAULT_POLLS_PER_SECOND,
+                              "progress_writes_per_second": DEFAULT_WRITES_PER_SECOND}
     with TestBed(Path(tempfile.mkdtemp(prefix="scale-testbed-")), kafka=False) as bed:
         assert bed.s3 is not None
         api = bed.api_client()
@@ -561,6 +564,17 @@ its next pass (`reconcile.workers`, 16 threads, bounds passes in flight, not upg
 `reconcile.maxConcurrentUpgrades`, default 10) came after it and is not measured at this scale yet."""
 SETTING_NOW = """The rolling upgrade runs under `--max-concurrent-upgrades` (docs/operations.md, "Many jobs at once"): every
 other changed job keeps its driver, `Progressing: UpgradeQueued`, until a slot is free."""
+BUDGETS = """Steady polls and progress writes on the chart's budgets (docs/operations.md, "How the operator spends its time
+at scale"): `reconcile.driverPollsPerSecond={polls:g}` (a Ready job polled every {poll:g} s at {jobs} jobs),
+`reconcile.progressWritesPerSecond={writes:g}` (its progress written every {write:g} s when nothing else changed)."""
+
+
+def budgets(r: dict[str, Any]) -> str:
+    polls, writes = r.get("driver_polls_per_second"), r.get("progress_writes_per_second")
+    if polls is None or writes is None:  # a run from before the budgets: every poll every 10 s, each written
+        return "Before the poll and progress-write budgets: every Ready job polled every 10 s, each poll written to status."
+    poll = max(10.0, r["jobs"] / polls)
+    return BUDGETS.format(polls=polls, writes=writes, jobs=r["jobs"], poll=poll, write=max(poll, r["jobs"] / writes))
 
 
 def write_report(path: Path, r: dict[str, Any], args: argparse.Namespace) -> None:
@@ -650,6 +664,7 @@ the operator's side, the same whatever answers. Design and phases: the script's 
 {table}
 
 {SETTING_BEFORE if bound is None else SETTING_NOW}
+{budgets(r)}
 
 ## Phases
 

@@ -84,3 +84,20 @@ def test_jobs_do_not_share_pods_and_forget_drops_one_job() -> None:
     cache.forget("ns", "a")
     assert cache.pods("ns", "a") is None
     assert names(cache.pods("ns", "b")) == ["b-driver-1"]
+
+
+def test_bodies_are_kept_without_managed_fields_and_the_callers_bodies_are_not_changed() -> None:
+    cache = ReadCache()
+    fields = [{"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {}}}]
+    watched_job, watched_pod = job(10), pod("wc-driver-1", 11)
+    for body in (watched_job, watched_pod):
+        body["metadata"]["managedFields"] = fields
+        body["metadata"]["labels"] = {"streamjob.io/job": "wc"}
+    cache.saw_job(watched_job)
+    cache.listed("ns", "wc", [watched_pod], "11")
+    kept_job, kept_pods = cache.job("ns", "wc"), cache.pods("ns", "wc")
+    assert kept_job is not None and kept_pods is not None
+    for kept, original in ((kept_job, watched_job), (kept_pods[0], watched_pod)):
+        assert "managedFields" not in kept["metadata"]
+        assert kept["metadata"]["labels"] == {"streamjob.io/job": "wc"} and kept["metadata"]["resourceVersion"]
+        assert original["metadata"]["managedFields"] == fields  # kopf's copy of the event, untouched
