@@ -6,8 +6,8 @@ StreamJobs that order cost the operator its reactions: a timer tick for every jo
 all waited in the same FIFO queue, and a killed driver's pass came 14-44 s after its pod
 failed (docs/benchmarks/operator-scale.md). Here:
 
-- the timer's "is this job due" check runs in kopf's event loop (``handlers.on_timer``),
-  so only passes with work reach the queue;
+- the timer is one thread for all jobs (``handlers.tick``) that asks for a pass only for the
+  jobs that are due, so only passes with work reach the queue;
 - a pass triggered by an event (a driver pod changed, the spec changed, a deletion, the
   operator's start) is ``URGENT`` and goes ahead of every ``ROUTINE`` timer pass;
 - a job has at most one pass waiting: another trigger while it waits joins that pass

@@ -82,6 +82,11 @@ class Progress:
             else:
                 self._jobs.add(key)
 
+    def known(self) -> list[Key]:
+        """Every job the watch has delivered and not deleted (the timer's list)."""
+        with self._lock:
+            return list(self._jobs)
+
     def jobs(self) -> int:
         with self._lock:
             return max(1, len(self._jobs))

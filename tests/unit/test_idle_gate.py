@@ -147,5 +147,5 @@ def test_the_gate_of_a_ready_job_reopens_at_its_next_poll(monkeypatch: pytest.Mo
     decision, obs = run_until_ready(spec(), READY, at=datetime.now(timezone.utc))
     handlers._gate("ns", "ready", decision, obs)
     assert not handlers.due("ns", "ready")
-    clock[0] += POLL
+    clock[0] += POLL + handlers.POLL_JITTER * POLL  # at the latest: the next poll plus the jitter
     assert handlers.due("ns", "ready")

@@ -109,3 +109,33 @@ def test_passes_of_different_jobs_run_on_all_workers_at_once() -> None:
 def test_a_pool_needs_a_worker() -> None:
     with pytest.raises(ValueError, match="workers must be >= 1"):
         PassPool(0, lambda key: None)
+
+
+def test_the_timer_asks_a_pass_only_for_known_jobs_that_are_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One thread for every job (handlers.tick), instead of a kopf timer per job: a job not due costs no worker."""
+    from streamjob_operator import handlers
+    from streamjob_operator.progress import Progress
+
+    asked: list[tuple[Any, int]] = []
+    monkeypatch.setattr(handlers.SETTINGS, "progress", Progress())
+    monkeypatch.setitem(handlers._state, "pool", type("Pool", (), {"submit": lambda self, key, prio: asked.append((key, prio))})())
+    monkeypatch.setattr(handlers, "_idle_until", {("ns", "steady"): float("inf"), ("ns", "was-steady"): 0.0})
+    for name in ("new", "steady", "was-steady", "gone"):
+        handlers.SETTINGS.progress.saw(("ns", name))
+    handlers.SETTINGS.progress.saw(("ns", "gone"), deleted=True)
+    assert handlers.tick() == 2
+    assert sorted(asked) == [(("ns", "new"), ROUTINE), (("ns", "was-steady"), ROUTINE)]
+
+
+def test_a_failed_pass_pauses_the_timer_for_that_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamjob_operator import handlers
+
+    def fails(namespace: str, name: str) -> None:
+        raise handlers.PassFailed("status write refused")
+
+    monkeypatch.setattr(handlers, "reconcile", fails)
+    monkeypatch.setattr(handlers, "_idle_until", {})
+    with pytest.raises(handlers.PassFailed):
+        handlers.measured("ns", "broken")
+    assert not handlers.due("ns", "broken")  # the next timer pass waits FAILED_PASS_RETRY_SECONDS; events do not
+    assert handlers.due("ns", "other")
