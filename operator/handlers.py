@@ -212,6 +212,7 @@ def reconcile(namespace: str, name: str) -> Decision | None:
                         continue
                     _post(actor, owner, [Event("Warning", "StatusWriteFailed", describe_error(err, "writing status").message)])
                     raise PassFailed(str(err)) from err
+            SETTINGS.upgrade_slots.released((namespace, name))  # status no longer shows an upgrade the decision ended
             # a pass's events follow its status write, as its actions do: an event tells of a transition that status
             # already records. Posted first, an event of a pass whose status write then fails (a conflict, a lost
             # Lease, an admission refusal) would announce what never happened, and the retried pass would announce

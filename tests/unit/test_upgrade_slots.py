@@ -66,9 +66,12 @@ IDLE = Decision(status=StreamJobStatus(state=LifecycleState.running))
 UPGRADING_BODY = {"status": {"operation": {"kind": "upgrade", "phase": "Savepointing"}}}
 
 
-def ask(slots: UpgradeSlots, key: str, wants: bool = True) -> bool:
-    """One pass of job ``key`` that starts (or keeps) an upgrade when its slot is free; True when it did."""
+def ask(slots: UpgradeSlots, key: str, wants: bool = True, written: bool = True) -> bool:
+    """One pass of job ``key`` that starts (or keeps) an upgrade when its slot is free; True when it did.
+    ``written``: its status write succeeded (the glue then calls ``released``)."""
     decision = slots.decide_with_slot(("ns", key), lambda free: upgrading(key) if free and wants else IDLE)
+    if written:
+        slots.released(("ns", key))
     return decision.status.operation is not None
 
 
@@ -79,6 +82,17 @@ def test_at_most_n_jobs_hold_a_slot_and_an_ended_upgrade_frees_one() -> None:
     assert not ask(slots, "c")
     ask(slots, "a", wants=False)  # a's upgrade ended
     assert ask(slots, "c") and slots.in_use() == 2
+
+
+def test_an_ended_upgrade_frees_its_slot_only_once_its_status_is_written() -> None:
+    """Else another job's upgrade, written first, shows the API one upgrade more than the bound."""
+    slots = UpgradeSlots(1)
+    assert ask(slots, "a")
+    ask(slots, "a", wants=False, written=False)  # a's upgrade ended; the write of that status failed (or is not done)
+    assert not ask(slots, "b") and slots.in_use() == 1
+    assert ask(slots, "a")  # a's next pass: still upgrading, by its status; it keeps its slot
+    ask(slots, "a", wants=False)  # ended, and written this time
+    assert ask(slots, "b")
 
 
 def test_no_bound_with_zero() -> None:
