@@ -18,8 +18,10 @@ for that job (``listed``), and not in the pass after one of the operator's own
 pod mutations for it (``touched``: its watch event may not be here yet), so a pass
 never misses a driver the operator has created. Cached bodies are shared: callers
 must not change them. They are kept without ``metadata.managedFields`` (server-side
-apply's bookkeeping, often the largest part of a pod's metadata; nothing here reads
-it): at 1,000 jobs the cache holds a body of every job and of every driver pod.
+apply's bookkeeping; nothing reads it), and a driver pod as its metadata and status
+only: what ``observe.driver_pod`` reads, the only reader of cached pods (a driver pod's
+spec, its Spark arguments, environment and volumes, is most of its body). At 1,000
+jobs the cache holds a body of every job and of every driver pod.
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ def slim(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(meta, dict) or "managedFields" not in meta:
         return body
     return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
+def slim_pod(body: dict[str, Any]) -> dict[str, Any]:
+    """A driver pod as the cache keeps it: kind, metadata (no managedFields) and status; no spec."""
+    kept: dict[str, Any] = {k: body[k] for k in ("apiVersion", "kind", "metadata", "status") if k in body}
+    return slim(kept)
 
 
 class ReadCache:
@@ -110,7 +118,7 @@ class ReadCache:
             pods.pop(name, None)
             self._pod_gone[(namespace, name)] = v
         else:
-            pods[name] = slim(body)
+            pods[name] = slim_pod(body)
 
     def listed(self, namespace: str, job: str, items: list[dict[str, Any]], list_version: str | None) -> None:
         """An authoritative LIST of the job's driver pods, at ``list_version``: what it lacks and is older is gone."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamjob_operator.k8s.cache import ReadCache
+from streamjob_operator.k8s.cache import ReadCache, slim_pod
+from streamjob_operator.reconcile.observe import driver_pod
 
 
 def job(rv: int | str, state: str = "Running", name: str = "wc") -> dict[str, Any]:
@@ -101,3 +102,21 @@ def test_bodies_are_kept_without_managed_fields_and_the_callers_bodies_are_not_c
         assert "managedFields" not in kept["metadata"]
         assert kept["metadata"]["labels"] == {"streamjob.io/job": "wc"} and kept["metadata"]["resourceVersion"]
         assert original["metadata"]["managedFields"] == fields  # kopf's copy of the event, untouched
+
+
+def test_a_cached_driver_pod_reads_as_the_pod_it_came_from() -> None:
+    """Only metadata and status are kept of a pod: observe.driver_pod, the reader, gets the same answer."""
+    terminated = {"exitCode": 137, "reason": "Error", "message": "last output: batch 7 committed"}
+    full = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": "ns", "name": "wc-driver-3", "resourceVersion": "40", "deletionTimestamp": "2026-03-01T12:00:00Z",
+                     "labels": {"streamjob.io/job": "wc", "streamjob.io/driver-epoch": "3"}, "managedFields": [{"manager": "kubelet"}]},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "driver", "args": ["run", "--conf", "spark.x=y"] * 20}]},
+        "status": {"phase": "Failed", "podIP": "10.0.0.7",
+                   "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}],
+                   "containerStatuses": [{"name": "driver", "state": {"terminated": terminated}}]},
+    }
+    kept = slim_pod(full)
+    assert set(kept) == {"apiVersion", "kind", "metadata", "status"} and "managedFields" not in kept["metadata"]
+    assert driver_pod(kept) == driver_pod(full)
+    assert driver_pod(kept).evicted_from_lost_node and driver_pod(kept).epoch == 3
