@@ -8,12 +8,12 @@ the real ``decide``, as the glue runs it: a Ready job, then a poll that finds a 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 import pytest
+from test_idle_gate import spec
 
 from streamjob_contract.runtime_status import RunState, RuntimeStatus
-from streamjob_operator.api.spec import StreamJobSpec, parse_spec
+from streamjob_operator.api.spec import StreamJobSpec
 from streamjob_operator.api.status import StreamJobStatus
 from streamjob_operator.progress import Progress, interval, progress_only
 from streamjob_operator.reconcile.decide import decide
@@ -21,16 +21,6 @@ from streamjob_operator.reconcile.model import Decision, DriverPod, JobProgress,
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 KEY = ("ns", "wc")
-
-
-def spec(**over: Any) -> StreamJobSpec:
-    return parse_spec({
-        "image": "ghcr.io/streamjob/streamjob-runtime:0.1.0",
-        "job": {"entrypoint": "jobs.wordcount:build"},
-        "checkpoint": {"location": "s3a://streamjob/checkpoints/wc"},
-        "s3": {"endpoint": "http://127.0.0.1:9000", "pathStyleAccess": True, "credentialsSecret": {"name": "s3"}},
-        **over,
-    })
 
 
 def batch(n: int) -> JobProgress:
