@@ -407,7 +407,8 @@ async def _run(namespace: str, name: str, priority: int) -> Decision | None:
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
 async def on_streamjob_event(type: str | None, body: kopf.Body, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
-    """Every version of every StreamJob the watch delivers goes into the read cache (no pass runs here).
+    """Every version of every StreamJob the watch delivers goes into the read cache (no pass runs here, but for a
+    deletion: the job's last pass is queued).
 
     In the event loop, at once (see ``on_driver_pod``)."""
     job, meta = dict(body), body.get("metadata") or {}
@@ -415,6 +416,8 @@ async def on_streamjob_event(type: str | None, body: kopf.Body, **_: Any) -> Non
     _clients().cache.saw_job(job, deleted=deleted)
     SETTINGS.upgrade_slots.saw(key, job, deleted=deleted)
     SETTINGS.progress.saw(key, deleted=deleted)
+    if deleted:  # a last pass: it finds the job gone (a GET answers 404) and drops what this process kept for it
+        _pool().submit(key, URGENT)
 
 
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL)

@@ -78,3 +78,19 @@ def test_a_streamjob_event_reaches_the_cache_while_every_worker_is_busy(busy_wor
 
     asyncio.run(scenario())
     assert cache.job("ns", "wc") == body
+
+
+def test_a_deleted_job_gets_a_last_pass_that_drops_what_the_operator_kept(busy_workers: Any) -> None:
+    """The pass finds the job gone (its GET answers 404) and forgets it: cache, slots, budgets, metrics, gates."""
+    cache, release, passes = busy_workers
+    body = {"metadata": {"name": "wc", "namespace": "ns", "resourceVersion": "12"}, "spec": {}}
+
+    async def scenario() -> None:
+        await handlers.on_streamjob_event(type="MODIFIED", body=body)
+        await handlers.on_streamjob_event(type="DELETED", body={**body, "metadata": {**body["metadata"], "resourceVersion": "13"}})
+
+    asyncio.run(scenario())
+    assert cache.job("ns", "wc") is None
+    release.set()
+    handlers._state["pool"].submit(("ns", "after"), URGENT).result(timeout=5)  # the one worker runs in order
+    assert passes == [("ns", "wc"), ("ns", "after")]  # one pass for the deletion, none for the MODIFIED event
