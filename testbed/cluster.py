@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from kubernetes import client, config
 
 from testbed import kubeconfig as kubeconfig_file
 from testbed import locate, pki, podnet, rbac, spark
-from testbed.kafka import KafkaBroker, start_kafka
+from testbed.kafka import KafkaBroker, PodListener, start_kafka
 from testbed.control_plane import start_apiserver, start_controller_manager, start_etcd
 from testbed.node import BRIDGE_IP, NodeError, RealNode
 from testbed.proc import ComponentError, ManagedProcess, tail
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 NODE_NAME = "testbed-node"
 NODE_KINDS = ("process", "real")
 DEFAULT_BUCKETS = ("streamjob",)
+KAFKA_POD_USER = "streamjob"  # the SCRAM-SHA-512 user of the broker's PODS listener (real node)
 
 
 class TestBedError(RuntimeError):
@@ -171,7 +173,10 @@ class TestBed:
         self.s3 = s3.credentials
 
         if self.with_kafka:
-            self.kafka = start_kafka(locate.kafka_dir(), self.run_dir / "kafka", preferred_port=self.kafka_port)
+            # on the real node pods reach the broker too: the PODS listener, one SCRAM user, fresh per test bed
+            pods = PodListener(BRIDGE_IP, podnet.kafka_host(), {KAFKA_POD_USER: secrets.token_hex(16)}) if real else None
+            self.kafka = start_kafka(locate.kafka_dir(), self.run_dir / "kafka", preferred_port=self.kafka_port,
+                                     pod_listener=pods)
             self._processes.append(self.kafka.process)
             for topic in self.kafka_topics:
                 self.kafka.create_topic(topic)
@@ -187,7 +192,9 @@ class TestBed:
             self.node.timings["ready"] = time.monotonic() - started
             assert self.s3 is not None
             with self.api_client() as api:
-                podnet.publish(api, s3_port=int(self.s3.endpoint.rsplit(":", 1)[1]))
+                podnet.publish(api, s3_port=int(self.s3.endpoint.rsplit(":", 1)[1]),
+                               kafka_pods_port=int(self.kafka.pod_bootstrap.rsplit(":", 1)[1])
+                               if self.kafka and self.kafka.pod_bootstrap else None)
             log.info("Real node ready timings=%s", {k: round(v, 1) for k, v in self.node.timings.items()})
         else:
             kubelet = self._start_kubelet(kubelet_config, certs)
@@ -255,6 +262,7 @@ class TestBed:
             "s3": asdict(self.s3) if self.s3 else None,
             "s3_endpoint_for_pods": self.s3_endpoint_for_pods() if self.s3 else None,
             "kafka_bootstrap": self.kafka.bootstrap if self.kafka else None,
+            "kafka_bootstrap_for_pods": self.kafka.pod_bootstrap if self.kafka else None,
             "buckets": list(self.buckets),
             "jars_dir": str(self.jars_dir) if self.jars_dir else None,
             "run_dir": str(self.run_dir),

@@ -9,6 +9,12 @@ both controller and broker (``process.roles=broker,controller``), its
 storage formatted with a fresh cluster id, both listeners on 127.0.0.1 on
 free ports. Topics are created through the real admin API (confluent-kafka's
 AdminClient).
+
+On the real node (``testbed.node``) pods cannot reach loopback: a third listener,
+``PODS`` (SASL_PLAINTEXT, SCRAM-SHA-512), binds the bridge's address and advertises the
+``kafka`` Service's name (``testbed.podnet``), so a pod's client finds the broker by DNS
+and kube-proxy, as on a cluster. Its SCRAM users are written into the storage at format
+time (``kafka-storage format --add-scram``), so they exist before the broker serves.
 """
 
 from __future__ import annotations
@@ -45,10 +51,8 @@ logger.state.level = WARN
 
 def _sasl_settings(sasl_users: Mapping[str, str]) -> dict[str, str]:
     """The SASL_PLAINTEXT listener's PLAIN users: the broker's own JAAS entry lists user_<name>="<password>"."""
-    # server.properties unescapes backslashes before the JAAS parser sees the value: keep to plain tokens
-    odd = [name for name, password in sasl_users.items() if not re.fullmatch(r"[A-Za-z0-9_.-]+", name + password)]
-    if odd:
-        raise ValueError(f"test bed SASL users: names and passwords are letters, digits, '_', '.', '-' ({', '.join(odd)})")
+    # server.properties unescapes backslashes before the JAAS parser sees the value
+    _check_plain_tokens("SASL users", sasl_users)
     users = " ".join(f'user_{name}="{password}"' for name, password in sasl_users.items())
     return {
         "sasl.enabled.mechanisms": "PLAIN",
@@ -57,20 +61,54 @@ def _sasl_settings(sasl_users: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class PodListener:
+    """The listener pods reach: bound on `bind_host` (the bridge's address), advertised as
+    `advertised_host` (a Service name pods resolve), SCRAM-SHA-512 users name -> password."""
+
+    bind_host: str
+    advertised_host: str
+    scram_users: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        _check_plain_tokens("pod listener SCRAM users", self.scram_users)
+
+
+def _check_plain_tokens(what: str, users: Mapping[str, str]) -> None:
+    # server.properties and kafka-storage's --add-scram both parse these: keep to plain tokens
+    odd = [name for name, password in users.items() if not re.fullmatch(r"[A-Za-z0-9_.-]+", name + password)]
+    if odd:
+        raise ValueError(f"test bed {what}: names and passwords are letters, digits, '_', '.', '-' ({', '.join(odd)})")
+
+
+def _pod_listener_settings() -> dict[str, str]:
+    return {
+        "listener.name.pods.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.pods.scram-sha-512.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+    }
+
+
 def _properties(node_dir: Path, broker_port: int, controller_port: int, sasl_port: int | None = None,
-                sasl_users: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None) -> str:
+                sasl_users: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None,
+                pods: tuple[PodListener, int] | None = None) -> str:
     listeners = f"PLAINTEXT://127.0.0.1:{broker_port}"
     if sasl_port is not None:
         listeners += f",SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+    advertised = listeners
+    if pods is not None:
+        listener, pod_port = pods
+        listeners += f",PODS://{listener.bind_host}:{pod_port}"
+        advertised += f",PODS://{listener.advertised_host}:{pod_port}"
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
         "listeners": f"{listeners},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": listeners,
+        "advertised.listeners": advertised,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                          "PODS:SASL_PLAINTEXT",
         "log.dirs": str(node_dir / "data"),
         "num.partitions": "1",
         "auto.create.topics.enable": "false",
@@ -86,6 +124,7 @@ def _properties(node_dir: Path, broker_port: int, controller_port: int, sasl_por
         # the broker's default (15 minutes): a sink asking for more is refused
         "transaction.max.timeout.ms": "900000",
         **(_sasl_settings(sasl_users) if sasl_port is not None and sasl_users else {}),
+        **(_pod_listener_settings() if pods is not None else {}),
         **(overrides or {}),
     }
     return "".join(f"{k}={v}\n" for k, v in settings.items())
@@ -108,6 +147,8 @@ class KafkaBroker:
     log_path: Path
     sasl_bootstrap: str | None = None  # host:port of the SASL_PLAINTEXT (PLAIN) listener, when asked for
     sasl_users: Mapping[str, str] = field(default_factory=dict)  # its users: name -> password
+    pod_bootstrap: str | None = None  # host:port pods dial (the PODS listener's advertised address), when asked for
+    pod_users: Mapping[str, str] = field(default_factory=dict)  # the PODS listener's SCRAM-SHA-512 users
 
     def admin(self) -> Any:
         return admin_client(self.bootstrap)
@@ -146,13 +187,15 @@ def cluster_id() -> str:
 
 
 def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, preferred_port: int | None = None,
-                sasl_users: Mapping[str, str] | None = None, settings: Mapping[str, str] | None = None) -> KafkaBroker:
+                sasl_users: Mapping[str, str] | None = None, settings: Mapping[str, str] | None = None,
+                pod_listener: PodListener | None = None) -> KafkaBroker:
     """Formats a fresh KRaft log directory under `node_dir` and starts the node on free ports
     (the broker listener on `preferred_port` when it is free: the dev examples name 127.0.0.1:9092).
     With `sasl_users` (name -> password) it also opens a SASL_PLAINTEXT listener on loopback that
     authenticates them with PLAIN (`KafkaBroker.sasl_bootstrap`); no authorizer, so an authenticated
     user may do anything. `settings` are server.properties entries over the defaults (a test's
-    own broker: say, a short offsets.retention.minutes)."""
+    own broker: say, a short offsets.retention.minutes). With `pod_listener` it also opens the
+    PODS listener (module docstring; `KafkaBroker.pod_bootstrap`)."""
     java = shutil.which("java")
     if java is None:
         raise ComponentError("java is not on PATH (the Kafka broker needs Java 17)")
@@ -172,10 +215,17 @@ def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, prefe
         chosen["controller"] = free_port()
         if sasl_users:
             chosen["sasl"] = free_port()
-        config.write_text(_properties(node_dir, chosen["broker"], chosen["controller"], chosen.get("sasl"), sasl_users, settings))
+        if pod_listener is not None:
+            chosen["pods"] = free_port()
+        pods = (pod_listener, chosen["pods"]) if pod_listener is not None else None
+        config.write_text(_properties(node_dir, chosen["broker"], chosen["controller"], chosen.get("sasl"), sasl_users, settings,
+                                      pods))
         if not formatted:
+            scram = [arg for name, password in (pod_listener.scram_users.items() if pod_listener else ())
+                     for arg in ("--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]")]
             done = subprocess.run(
-                [java, HEAP, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config)],
+                [java, HEAP, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config),
+                 *scram],
                 capture_output=True, text=True, timeout=timeout,
             )
             if done.returncode != 0:
@@ -190,8 +240,10 @@ def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, prefe
 
     proc = start_with_port_retry(start, ready)
     sasl = f"127.0.0.1:{chosen['sasl']}" if "sasl" in chosen else None
-    broker = KafkaBroker(proc, f"127.0.0.1:{chosen['broker']}", log_path, sasl, dict(sasl_users or {}))
-    log.info("Started Kafka broker bootstrap=%s saslBootstrap=%s", broker.bootstrap, sasl)
+    broker = KafkaBroker(proc, f"127.0.0.1:{chosen['broker']}", log_path, sasl, dict(sasl_users or {}),
+                         f"{pod_listener.advertised_host}:{chosen['pods']}" if pod_listener else None,
+                         dict(pod_listener.scram_users) if pod_listener else {})
+    log.info("Started Kafka broker bootstrap=%s saslBootstrap=%s podBootstrap=%s", broker.bootstrap, sasl, broker.pod_bootstrap)
     return broker
 
 

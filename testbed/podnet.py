@@ -24,8 +24,9 @@ drops what pods would send through the machine.
 
 Pods reach S3 by name: a selector-less Service ``s3`` in namespace ``NAMESPACE`` whose
 EndpointSlice holds the bridge's address and S3's port (``http://s3.streamjob-testbed.svc.cluster.local:9000``,
-kube-proxy rewrites it, CoreDNS names it); the API server through the ``kubernetes``
-Service as usual (its lease reconciler keeps the bridge's address as the endpoint).
+kube-proxy rewrites it, CoreDNS names it); Kafka, when the test bed runs it, the same way
+(``kafka``, the broker's PODS listener, testbed.kafka); the API server through the
+``kubernetes`` Service as usual (its lease reconciler keeps the bridge's address as the endpoint).
 """
 
 from __future__ import annotations
@@ -71,40 +72,59 @@ def install(run: Runner) -> None:
         run(["iptables", "-w", "5", "-t", table, *args])
 
 
-def s3_service(s3_port: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The selector-less Service ``s3`` and its EndpointSlice (the bridge's address, S3's real port)."""
+def host_service(name: str, port_name: str, service_port: int, host_port: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A selector-less Service `name` and its EndpointSlice: the bridge's address and a host server's real port."""
     labels = {"app.kubernetes.io/managed-by": MANAGED_BY}
     service = {
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "s3", "namespace": NAMESPACE, "labels": labels},
-        "spec": {"ports": [{"name": "http", "port": S3_SERVICE_PORT, "targetPort": s3_port, "protocol": "TCP"}]},
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
+        "spec": {"ports": [{"name": port_name, "port": service_port, "targetPort": host_port, "protocol": "TCP"}]},
     }
     slice_ = {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": "s3-testbed", "namespace": NAMESPACE,
-                     "labels": {**labels, "kubernetes.io/service-name": "s3",
+        "metadata": {"name": f"{name}-testbed", "namespace": NAMESPACE,
+                     "labels": {**labels, "kubernetes.io/service-name": name,
                                 "endpointslice.kubernetes.io/managed-by": MANAGED_BY}},
         "addressType": "IPv4",
         "endpoints": [{"addresses": [BRIDGE_IP], "conditions": {"ready": True}}],
-        "ports": [{"name": "http", "port": s3_port, "protocol": "TCP"}],
+        "ports": [{"name": port_name, "port": host_port, "protocol": "TCP"}],
     }
     return service, slice_
+
+
+def s3_service(s3_port: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Service ``s3``: port 9000 to S3's real port."""
+    return host_service("s3", "http", S3_SERVICE_PORT, s3_port)
+
+
+def kafka_service(pods_port: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Service ``kafka``: the broker's PODS listener, on the same port (the broker advertises
+    ``kafka_host()``:that port, so a client's second connection goes where its first did)."""
+    return host_service("kafka", "kafka", pods_port, pods_port)
 
 
 def s3_endpoint_for_pods() -> str:
     return f"http://s3.{NAMESPACE}.svc.cluster.local:{S3_SERVICE_PORT}"
 
 
-def publish(api: Any, *, s3_port: int) -> None:
-    """Creates the namespace, the ``s3`` Service and its EndpointSlice (``api``: an admin ApiClient)."""
+def kafka_host() -> str:
+    """The name the broker's PODS listener advertises (testbed.kafka.PodListener)."""
+    return f"kafka.{NAMESPACE}.svc.cluster.local"
+
+
+def publish(api: Any, *, s3_port: int, kafka_pods_port: int | None = None) -> None:
+    """Creates the namespace, the ``s3`` Service (and with `kafka_pods_port` the ``kafka`` one) and
+    their EndpointSlices (``api``: an admin ApiClient)."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     core, discovery = client.CoreV1Api(api), client.DiscoveryV1Api(api)
-    service, slice_ = s3_service(s3_port)
-    for create in (lambda: core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
-                   lambda: core.create_namespaced_service(NAMESPACE, service),
-                   lambda: discovery.create_namespaced_endpoint_slice(NAMESPACE, slice_)):
+    services = [s3_service(s3_port)] + ([kafka_service(kafka_pods_port)] if kafka_pods_port is not None else [])
+    creates = [lambda: core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})]
+    for service, slice_ in services:
+        creates += [lambda service=service: core.create_namespaced_service(NAMESPACE, service),
+                    lambda slice_=slice_: discovery.create_namespaced_endpoint_slice(NAMESPACE, slice_)]
+    for create in creates:
         try:
             create()
         except ApiException as exc:

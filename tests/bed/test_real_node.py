@@ -32,6 +32,7 @@ from testbed.waiting import wait_for
 
 
 POD_TIMEOUT = 120
+REAL_BED_KAFKA = True  # tests/conftest.py: the broker's PODS listener, for the Kafka Service test
 
 
 @pytest.fixture(scope="module")
@@ -221,6 +222,59 @@ def test_a_pod_reaches_s3_through_the_s3_service(core: client.CoreV1Api, real_be
     out = pod_log(core, ns, "s3probe")
 
     assert "403" in out or "Forbidden" in out, out
+
+
+KAFKA_PROBE = """
+import os
+from confluent_kafka import KafkaError, Producer
+
+def conf(password):
+    return {"bootstrap.servers": os.environ["BROKERS"], "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": os.environ["KAFKA_USER"], "sasl.password": password,
+            "enable.idempotence": True}
+
+producer = Producer(conf(os.environ["KAFKA_PASSWORD"]))
+producer.produce(os.environ["TOPIC"], key=b"pod", value=b"hello from a pod")
+print("unsent after flush:", producer.flush(60), flush=True)
+
+refused = []
+wrong = Producer({**conf("not-the-password"), "error_cb": lambda err: refused.append(err.code())})
+for _ in range(20):  # librdkafka reports the failed SCRAM exchange through error_cb, served by poll
+    if KafkaError._AUTHENTICATION in refused:
+        break
+    wrong.poll(1)
+print("wrong password:", "REFUSED" if KafkaError._AUTHENTICATION in refused else f"NOT REFUSED {refused}", flush=True)
+"""
+
+
+def test_a_pod_reaches_the_broker_through_the_kafka_service_with_scram(core: client.CoreV1Api, real_bed: TestBed,
+                                                                      ns: str) -> None:
+    broker = real_bed.kafka
+    assert broker is not None and broker.pod_bootstrap is not None
+    assert broker.pod_bootstrap.startswith("kafka.streamjob-testbed.svc.cluster.local:")
+    topic = broker.create_topic(f"podprobe-{uuid.uuid4().hex[:6]}")
+    [(user, password)] = broker.pod_users.items()
+    env = {"BROKERS": broker.pod_bootstrap, "KAFKA_USER": user, "KAFKA_PASSWORD": password, "TOPIC": topic}
+    probe = pod("kafkaprobe", imagestore.runtime_image(), ["python3", "-c", KAFKA_PROBE])
+    probe.spec.containers[0].env = [client.V1EnvVar(name=k, value=v) for k, v in env.items()]
+    core.create_namespaced_pod(ns, probe)
+
+    done = finished(core, ns, "kafkaprobe", timeout=180)
+    out = pod_log(core, ns, "kafkaprobe")
+
+    assert done.exit_code == 0, out
+    assert "unsent after flush: 0" in out and "wrong password: REFUSED" in out, out
+    # the record the pod sent is on the broker, read back from the host's loopback listener
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"probe-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        message = wait_for(lambda: (m := consumer.poll(1)) is not None and m.error() is None and m, 60, "the pod's record")
+        assert (message.key(), message.value()) == (b"pod", b"hello from a pod")
+    finally:
+        consumer.close()
 
 
 def test_a_second_real_node_test_bed_refuses_and_leaves_the_first_alone(core: client.CoreV1Api, real_bed: TestBed,
