@@ -27,6 +27,8 @@ SHORT_NAMES = ["sj"]
 
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
 MEMORY_PATTERN = r"^[0-9]+[kmgt]$"
+# a Kubernetes CPU quantity as Spark's request.cores takes it: millicores (500m) or cores with up to 3 decimals (0.5, 2)
+CPU_QUANTITY_PATTERN = r"^([0-9]{1,6}m|[0-9]{1,2}(\.[0-9]{1,3})?)$"
 GO_DURATION_PATTERN = r"^([0-9]+(s|m|h|d))+$"
 # bounds the cost of the CEL rule that reads every sparkConf key
 MAX_SPARK_CONF = 256
@@ -135,7 +137,13 @@ class S3Settings(Model):
 
 
 class Resources(Model):
-    cores: int = Field(default=1, ge=1, le=64, description="CPU cores.")
+    cores: int = Field(default=1, ge=1, le=64, description="CPU cores: the tasks Spark runs at once in this pod, and its CPU "
+                       "request unless coreRequest is set.")
+    core_request: str | None = Field(
+        default=None, alias="coreRequest", pattern=CPU_QUANTITY_PATTERN,
+        description="CPU the pod requests from the scheduler, as a Kubernetes quantity (500m, 0.5, 2); unset means cores. "
+        "Lower it to pack pods whose tasks mostly wait (on Kafka, on S3) onto fewer nodes; Spark still runs cores tasks at once.",
+    )
     memory: str = Field(default="1g", pattern=MEMORY_PATTERN, description="JVM heap in Spark's notation, e.g. 1g or 512m.")
     memory_overhead: str | None = Field(default=None, alias="memoryOverhead", pattern=MEMORY_PATTERN, description="Non-heap memory added to the pod.")
     pod_template: PodTemplate | None = Field(

@@ -203,6 +203,7 @@ def spark_conf(owner: Owner, spec: StreamJobSpec, pod: str, layout: RuntimeLayou
         ("spark.kubernetes.executor.podNamePrefix", pod),
         ("spark.executor.instances", str(ex.instances)),
         ("spark.executor.cores", str(ex.cores)),
+        *([("spark.kubernetes.executor.request.cores", ex.core_request)] if ex.core_request else []),
         ("spark.executor.memory", ex.memory),
         ("spark.kubernetes.executor.label." + names.LABEL_JOB, owner.name),
         # pod template, pull secrets and securityContext of the executors (job_config_map writes the file)
@@ -323,7 +324,7 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
                         {"name": "blockmanager", "containerPort": layout.block_manager_port},
                     ],
                     "resources": {
-                        "requests": {"cpu": str(spec.driver.cores), "memory": memory},
+                        "requests": {"cpu": spec.driver.core_request or str(spec.driver.cores), "memory": memory},
                         "limits": {"memory": memory},
                     },
                     "volumeMounts": [

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from streamjob_operator.api.spec import parse_spec
+import pytest
+
+from streamjob_operator.api.spec import SpecError, parse_spec
 from streamjob_operator.k8s import resources
 from streamjob_operator.k8s.resources import Owner, RuntimeLayout
 from streamjob_operator.reconcile.decide import hash_text, spec_json
@@ -116,3 +118,26 @@ def test_zero_executors_run_the_tasks_in_the_driver() -> None:
     args = resources.driver_pod(OWNER, spec, ACTION, RuntimeLayout())["spec"]["containers"][0]["args"]
     assert args[args.index("--master") + 1] == "local[1]"
     assert not [a for a in args if a.startswith("spark.executor.instances")]
+
+
+def test_core_request_sets_the_pods_cpu_request_and_leaves_the_task_slots_to_cores() -> None:
+    spec = parse_spec({**SPEC.model_dump(by_alias=True, exclude_none=True),
+                       "driver": {"cores": 2, "coreRequest": "500m"},
+                       "executor": {"instances": 2, "cores": 4, "coreRequest": "1.5"}})
+    container = resources.driver_pod(OWNER, spec, ACTION, RuntimeLayout())["spec"]["containers"][0]
+    confs = [container["args"][i + 1] for i, a in enumerate(container["args"]) if a == "--conf"]
+
+    assert container["resources"]["requests"]["cpu"] == "500m"
+    assert "spark.kubernetes.executor.request.cores=1.5" in confs and "spark.executor.cores=4" in confs
+    # unset: the request is the cores, and Spark's own default decides the executors'
+    plain = resources.driver_pod(OWNER, SPEC, ACTION, RuntimeLayout())["spec"]["containers"][0]
+    assert plain["resources"]["requests"]["cpu"] == "1"
+    assert not [a for a in plain["args"] if a.startswith("spark.kubernetes.executor.request.cores")]
+
+
+def test_core_request_takes_kubernetes_cpu_quantities_only() -> None:
+    for good in ("250m", "0.5", "2", "1.125"):
+        assert parse_spec({**SPEC.model_dump(by_alias=True, exclude_none=True), "driver": {"coreRequest": good}}).driver.core_request == good
+    for bad in ("half", "1.2345", "-1", "500M", ""):
+        with pytest.raises(SpecError, match="spec.driver.coreRequest"):
+            parse_spec({**SPEC.model_dump(by_alias=True, exclude_none=True), "driver": {"coreRequest": bad}})
