@@ -6,7 +6,7 @@ StreamJobs that order cost the operator its reactions: a timer tick for every jo
 all waited in the same FIFO queue, and a killed driver's pass came 14-44 s after its pod
 failed (docs/benchmarks/operator-scale.md). Here:
 
-- the timer is one thread for all jobs (``handlers.tick``) that asks for a pass only for the
+- the timer is one thread for all jobs (``passes.Passes.tick``) that asks for a pass only for the
   jobs that are due, so only passes with work reach the queue;
 - a pass triggered by an event (a driver pod changed, the spec changed, a deletion, the
   operator's start) is ``URGENT`` and goes ahead of every ``ROUTINE`` timer pass;
@@ -16,7 +16,7 @@ failed (docs/benchmarks/operator-scale.md). Here:
 
 A pass that has started is not joined: a trigger during it queues the next one, so what
 the event brought is read by a pass that starts after it. Used by
-``streamjob_operator.handlers``; no Kubernetes or S3 I/O here.
+``streamjob_operator.passes``; no Kubernetes or S3 I/O here.
 """
 
 from __future__ import annotations

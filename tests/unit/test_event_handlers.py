@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from streamjob_operator import handlers
-from streamjob_operator.dispatch import URGENT, PassPool
+from streamjob_operator.dispatch import URGENT
+from streamjob_operator.passes import Passes
 from streamjob_operator.k8s.cache import ReadCache
 from streamjob_operator.reconcile import names
 
@@ -43,8 +44,8 @@ def busy_workers(monkeypatch: pytest.MonkeyPatch) -> Any:
     cache = ReadCache(True)
     monkeypatch.setitem(handlers._state, "clients", SimpleNamespace(cache=cache))
     monkeypatch.setattr(handlers, "measured", measured)
-    monkeypatch.setitem(handlers._state, "pool", PassPool(1, lambda key: handlers.measured(*key)))
-    handlers._state["pool"].submit(("ns", "other"), URGENT)
+    monkeypatch.setattr(handlers, "PASSES", Passes(lambda key: handlers.measured(*key), lambda: [], lambda: 1))
+    handlers.PASSES.submit(("ns", "other"), URGENT)
     yield cache, release, passes
     release.set()
 
@@ -92,5 +93,5 @@ def test_a_deleted_job_gets_a_last_pass_that_drops_what_the_operator_kept(busy_w
     asyncio.run(scenario())
     assert cache.job("ns", "wc") is None
     release.set()
-    handlers._state["pool"].submit(("ns", "after"), URGENT).result(timeout=5)  # the one worker runs in order
+    handlers.PASSES.submit(("ns", "after"), URGENT).result(timeout=5)  # the one worker runs in order
     assert passes == [("ns", "wc"), ("ns", "after")]  # one pass for the deletion, none for the MODIFIED event
