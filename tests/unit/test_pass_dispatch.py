@@ -85,7 +85,7 @@ def test_an_event_for_a_job_waiting_on_the_timer_raises_its_pass_to_urgent(held:
 def test_a_trigger_during_a_running_pass_queues_the_next_one(held: tuple[PassPool, Recorder]) -> None:
     pool, rec = held
     during = pool.submit("hold", URGENT)  # "hold" is running: what this trigger brought needs a pass after it
-    assert pool.depth()[URGENT] == 1 and pool.busy() == 1
+    assert pool.depth()[URGENT] == 1  # waiting: the running pass is not joined
     rec.release.set()
     results(during)
     assert rec.runs == ["hold", "hold"]
@@ -139,3 +139,27 @@ def test_a_failed_pass_pauses_the_timer_for_that_job(monkeypatch: pytest.MonkeyP
         handlers.measured("ns", "broken")
     assert not handlers.PASSES.due(("ns", "broken"))  # the next timer pass waits FAILED_PASS_RETRY_SECONDS; events do not
     assert handlers.PASSES.due(("ns", "other"))
+
+
+def test_a_pass_on_a_worker_counts_in_reconcile_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """/metrics' streamjob_reconcile_in_flight is the passes running on the workers (at --workers: the pool is full)."""
+    from streamjob_operator import handlers, metrics
+
+    started, release = threading.Event(), threading.Event()
+
+    def holds(namespace: str, name: str) -> None:
+        started.set()
+        release.wait(10)
+
+    def in_flight() -> float | None:
+        return metrics.REGISTRY.get_sample_value("streamjob_reconcile_in_flight")
+
+    monkeypatch.setattr(handlers, "reconcile", holds)
+    timer = Passes(lambda key: handlers.measured(*key), lambda: [], lambda: 1)
+    before = in_flight()
+    future = timer.submit(("ns", "wc"), URGENT)
+    assert started.wait(5)
+    assert in_flight() == before + 1
+    release.set()
+    future.result(timeout=5)
+    assert in_flight() == before
