@@ -18,8 +18,9 @@ import pytest
 
 from streamjob_operator import handlers
 from streamjob_operator.dispatch import URGENT
-from streamjob_operator.passes import Passes
 from streamjob_operator.k8s.cache import ReadCache
+from streamjob_operator.passes import Passes
+from streamjob_operator.progress import Progress
 from streamjob_operator.reconcile import names
 
 
@@ -95,3 +96,14 @@ def test_a_deleted_job_gets_a_last_pass_that_drops_what_the_operator_kept(busy_w
     release.set()
     handlers.PASSES.submit(("ns", "after"), URGENT).result(timeout=5)  # the one worker runs in order
     assert passes == [("ns", "wc"), ("ns", "after")]  # one pass for the deletion, none for the MODIFIED event
+
+
+def test_a_job_the_cache_cannot_keep_is_still_on_the_timers_list(busy_workers: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resourceVersion that is not an integer: the cache answers nothing for the job (its passes make the request),
+    and the timer still visits it, from the list progress keeps (why that list is not the cache's)."""
+    cache, _, _ = busy_workers
+    monkeypatch.setattr(handlers.SETTINGS, "progress", Progress())
+    body = {"metadata": {"name": "opaque", "namespace": "ns", "resourceVersion": "v7"}, "spec": {}}
+    asyncio.run(handlers.on_streamjob_event(type="ADDED", body=body))
+    assert cache.job("ns", "opaque") is None
+    assert handlers.SETTINGS.progress.known() == [("ns", "opaque")]
