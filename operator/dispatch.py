@@ -6,7 +6,7 @@ StreamJobs that order cost the operator its reactions: a timer tick for every jo
 all waited in the same FIFO queue, and a killed driver's pass came 14-44 s after its pod
 failed (docs/benchmarks/operator-scale.md). Here:
 
-- the timer is one thread for all jobs (``handlers.tick``) that asks for a pass only for the
+- the timer is one thread for all jobs (``passes.Passes.tick``) that asks for a pass only for the
   jobs that are due, so only passes with work reach the queue;
 - a pass triggered by an event (a driver pod changed, the spec changed, a deletion, the
   operator's start) is ``URGENT`` and goes ahead of every ``ROUTINE`` timer pass;
@@ -16,7 +16,7 @@ failed (docs/benchmarks/operator-scale.md). Here:
 
 A pass that has started is not joined: a trigger during it queues the next one, so what
 the event brought is read by a pass that starts after it. Used by
-``streamjob_operator.handlers``; no Kubernetes or S3 I/O here.
+``streamjob_operator.passes``; no Kubernetes or S3 I/O here.
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ class PassPool:
         self._waiting: dict[Hashable, _Entry] = {}  # job -> its pass not yet started
         self._order = itertools.count()
         self._cond = threading.Condition()
-        self._running = 0
         for i in range(workers):
             threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True).start()
 
@@ -81,11 +80,6 @@ class PassPool:
                 counts[entry.priority] = counts.get(entry.priority, 0) + 1
             return counts
 
-    def busy(self) -> int:
-        """Passes running now."""
-        with self._cond:
-            return self._running
-
     def _take(self) -> _Entry:
         with self._cond:
             while True:
@@ -96,20 +90,15 @@ class PassPool:
                     continue  # already run, or re-queued at a higher priority
                 entry.started = True
                 del self._waiting[entry.key]
-                self._running += 1
                 return entry
 
     def _work(self) -> None:
         while True:
             entry = self._take()
-            try:
-                if entry.future.set_running_or_notify_cancel():
-                    try:
-                        result = self._run(entry.key)
-                    except BaseException as err:  # noqa: BLE001 - handed to whoever awaits the pass
-                        entry.future.set_exception(err)
-                    else:
-                        entry.future.set_result(result)
-            finally:
-                with self._cond:
-                    self._running -= 1
+            if entry.future.set_running_or_notify_cancel():
+                try:
+                    result = self._run(entry.key)
+                except BaseException as err:  # noqa: BLE001 - handed to whoever awaits the pass
+                    entry.future.set_exception(err)
+                else:
+                    entry.future.set_result(result)

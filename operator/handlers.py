@@ -5,9 +5,9 @@ starting kopf. Every trigger — create/update/resume of a StreamJob, a timer,
 any change of a driver pod (so a failure is acted on within a second), and
 deletion (with kopf's finalizer) — runs the same level-based pass; handlers
 never branch on what triggered them, except for the queue: the handlers are
-coroutines that hand the pass to ``dispatch.PassPool``, events ahead of timer
-ticks; the timer is one thread for all jobs (``tick``), not a kopf timer per job,
-and gives a worker only to the jobs that are ``due``. A per-job
+coroutines that hand the pass to ``passes.Passes`` (``PASSES``), events ahead of
+timer ticks; the timer is one thread for all jobs, not a kopf timer per job, and
+gives a worker only to the jobs that are due (the idle gate, ``_gate``). A per-job
 lock serialises passes of one job inside this process; the leader Lease (main)
 keeps other replicas out, and its fence (``Settings.fence``) runs before every
 write the actor makes.
@@ -29,7 +29,7 @@ import kopf
 
 from streamjob_contract.lifecycle import LifecycleState
 from streamjob_operator import metrics
-from streamjob_operator.dispatch import ROUTINE, URGENT, PassPool
+from streamjob_operator.dispatch import URGENT
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, PLURAL, DeletionSpec, SpecError, StreamJobSpec, parse_spec
 from streamjob_operator.api.status import StreamJobStatus
 from streamjob_operator.k8s.act import ActionFailed, Actor, Outcome, describe_action, no_fence
@@ -43,6 +43,7 @@ from streamjob_operator.reconcile.decide.conditions import record_problems
 from streamjob_operator.reconcile.decide.context import FORCE_DELETE_GRACE_SECONDS
 from streamjob_operator.reconcile.model import Decision, Event, Observations, PodPhase, Problem
 from streamjob_operator.reconcile.observe import observe
+from streamjob_operator.passes import TIMER_SECONDS, Passes
 from streamjob_operator.progress import Progress
 from streamjob_operator.reconcile.policy import parse_time
 from streamjob_operator.slots import DEFAULT_LIMIT, UpgradeSlots
@@ -50,7 +51,6 @@ from streamjob_operator.slots import DEFAULT_LIMIT, UpgradeSlots
 log = logging.getLogger("streamjob_operator")
 
 MAX_PASSES = 12  # passes chained in one handler call while each asks to go on at once
-TIMER_SECONDS = 2.0
 SETTLED_STATES = frozenset({LifecycleState.suspended, LifecycleState.failed, LifecycleState.finished})
 ENDED_PHASES = frozenset({PodPhase.failed, PodPhase.succeeded})
 IDLE_SECONDS = 60.0  # between timer passes of a settled job with no driver (suspended, failed, finished)
@@ -81,9 +81,9 @@ SETTINGS = Settings()
 _state: dict[str, Any] = {}
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
-# monotonic time before which the timer skips a settled job without a driver: no request at all for it. Any
-# other trigger (a spec change, a driver pod event, deletion) runs a pass at once and re-decides the gate.
-_idle_until: dict[tuple[str, str], float] = {}
+# the pass queue and the timer: passes run measured(), on SETTINGS.workers threads; the timer visits every job the
+# watch has delivered and not deleted
+PASSES = Passes(lambda key: measured(*key), lambda: SETTINGS.progress.known(), lambda: SETTINGS.workers)
 
 
 def _clients() -> Clients:
@@ -91,43 +91,6 @@ def _clients() -> Clients:
         _state["clients"] = Clients(load_api_client(lambda: SETTINGS.fence(), lambda: SETTINGS.write_timeout, pool_size=SETTINGS.workers + 2), SETTINGS.layout, SETTINGS.s3_limits, cache=ReadCache(SETTINGS.read_cache), fence=lambda: SETTINGS.fence())
     clients: Clients = _state["clients"]
     return clients
-
-
-def _pool() -> PassPool:
-    """The workers passes run on (created by its first caller: the event loop or the timer thread)."""
-    with _locks_guard:
-        if "pool" not in _state:
-            _state["pool"] = PassPool(SETTINGS.workers, lambda key: measured(*key))
-        pool: PassPool = _state["pool"]
-    return pool
-
-
-def tick() -> int:
-    """One timer tick: a routine pass for every known job that is ``due``; returns how many were asked for.
-
-    One thread runs it every ``TIMER_SECONDS`` for all jobs. It replaced a kopf timer per job,
-    whose invocations (500 a second at 1,000 jobs, nearly all finding the job not due) were the
-    largest part of the operator's idle CPU (a py-spy profile of the 1,000-job benchmark)."""
-    pool, asked = _pool(), 0
-    for key in SETTINGS.progress.known():
-        if due(*key):
-            pool.submit(key, ROUTINE)
-            asked += 1
-    return asked
-
-
-def _tick_forever(stop: threading.Event) -> None:
-    while not stop.wait(SETTINGS.timer_seconds):
-        try:
-            tick()
-        except Exception:  # a tick that failed is logged; the next one comes
-            log.exception("Timer tick failed")
-
-
-def waiting(priority: str) -> int:
-    """Passes waiting for a worker, ``urgent`` or ``routine`` (for /metrics)."""
-    pool: PassPool | None = _state.get("pool")
-    return 0 if pool is None else pool.depth()[URGENT if priority == "urgent" else ROUTINE]
 
 
 def _lock(namespace: str, name: str) -> threading.Lock:
@@ -178,7 +141,7 @@ def reconcile(namespace: str, name: str) -> Decision | None:
                 clients.cache.forget(namespace, name)
                 SETTINGS.upgrade_slots.forget((namespace, name))
                 SETTINGS.progress.forget((namespace, name))
-                _idle_until.pop((namespace, name), None)
+                PASSES.wake((namespace, name))
                 return None
             meta = body["metadata"]
             owner = Owner(name, namespace, meta["uid"])
@@ -281,23 +244,18 @@ def steady_for(decision: Decision, observations: Observations, now: datetime, po
 
 
 def _gate(namespace: str, name: str, decision: Decision | None, observations: Observations | None) -> None:
+    """How long the job may go without a timer pass: a settled job's idle interval, a Ready job's time to its next
+    poll, else none (``PASSES.due`` says when it is over)."""
     key = (namespace, name)
     if decision is not None and observations is not None and settled(decision, observations):
-        _idle_until[key] = time.monotonic() + SETTINGS.idle_seconds
+        PASSES.rest(key, SETTINGS.idle_seconds)
     elif decision is not None and observations is not None and (
             wait := steady_for(decision, observations, datetime.now(timezone.utc), poll := SETTINGS.progress.poll_seconds())):
         # plus up to POLL_JITTER of the interval: jobs that became Ready together (created at once) drift apart
         # instead of polling, and writing their progress, in bursts
-        _idle_until[key] = time.monotonic() + wait + random.uniform(0.0, POLL_JITTER * poll)
+        PASSES.rest(key, wait + random.uniform(0.0, POLL_JITTER * poll))
     else:
-        _idle_until.pop(key, None)
-
-
-def due(namespace: str, name: str) -> bool:
-    """False while a settled job's idle interval, or a Ready job's time to its next poll, runs (the timer then
-    makes no pass for it)."""
-    until = _idle_until.get((namespace, name))
-    return until is None or time.monotonic() >= until
+        PASSES.wake(key)
 
 
 def _post(actor: Actor, owner: Owner, events: Iterable[Event]) -> None:
@@ -355,19 +313,16 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")
     settings.posting.level = logging.WARNING
-    settings.execution.max_workers = 2  # kopf's own pool: the handlers below are coroutines, passes run in _pool()
+    settings.execution.max_workers = 2  # kopf's own pool: the handlers below are coroutines, passes run in PASSES
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    stop = _state["timer_stop"] = threading.Event()
-    threading.Thread(target=_tick_forever, args=(stop,), name="streamjob-timer", daemon=True).start()
+    PASSES.start_timer(SETTINGS.timer_seconds)
 
 
 @kopf.on.cleanup()
 def stop_timer(**_: Any) -> None:
     """kopf stops (the operator exits or loses the Lease): no timer pass is asked for from here on."""
-    stop: threading.Event | None = _state.get("timer_stop")
-    if stop is not None:
-        stop.set()
+    PASSES.stop_timer()
 
 
 def measured(namespace: str, name: str) -> Decision | None:
@@ -383,7 +338,7 @@ def measured(namespace: str, name: str) -> Decision | None:
         outcome = "permanent"
         raise
     except PassFailed:  # already in status and an event: the timer tries again after a pause, events at once
-        _idle_until[(namespace, name)] = time.monotonic() + FAILED_PASS_RETRY_SECONDS
+        PASSES.rest((namespace, name), FAILED_PASS_RETRY_SECONDS)
         raise
     finally:
         metrics.RECONCILE_IN_FLIGHT.dec()
@@ -395,7 +350,7 @@ def measured(namespace: str, name: str) -> Decision | None:
 
 async def _pass(namespace: str, name: str, priority: int) -> Decision | None:
     """The job's next pass on a worker (joining one already waiting), awaited in the event loop."""
-    return await asyncio.wrap_future(_pool().submit((namespace, name), priority))
+    return await asyncio.wrap_future(PASSES.submit((namespace, name), priority))
 
 
 async def _run(namespace: str, name: str, priority: int) -> Decision | None:
@@ -417,7 +372,7 @@ async def on_streamjob_event(type: str | None, body: kopf.Body, **_: Any) -> Non
     SETTINGS.upgrade_slots.saw(key, job, deleted=deleted)
     SETTINGS.progress.saw(key, deleted=deleted)
     if deleted:  # a last pass: it finds the job gone (a GET answers 404) and drops what this process kept for it
-        _pool().submit(key, URGENT)
+        PASSES.submit(key, URGENT)
 
 
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL)

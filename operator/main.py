@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.verbose = True
     configure_logging(args.verbose, args.debug)
 
-    from streamjob_operator import handlers, metrics  # handlers registers the kopf handlers
+    from streamjob_operator import handlers, metrics, passes  # handlers registers the kopf handlers
     from streamjob_operator.health import HealthError, HealthServer
     from streamjob_operator.k8s.clients import S3Limits, fence_kopf_writes, load_api_client
     from streamjob_operator.k8s.lease import LeaderElector
@@ -150,8 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.workers < 1:
         parser.error("--workers: must be >= 1")
-    if args.idle_poll_seconds < handlers.TIMER_SECONDS:
-        parser.error(f"--idle-poll-seconds: must be >= {handlers.TIMER_SECONDS:g} (the timer's interval)")
+    if args.idle_poll_seconds < passes.TIMER_SECONDS:
+        parser.error(f"--idle-poll-seconds: must be >= {passes.TIMER_SECONDS:g} (the timer's interval)")
     if args.max_concurrent_upgrades < 0:
         parser.error("--max-concurrent-upgrades: must be >= 0 (0: no bound)")
     for flag, budget in (("--driver-polls-per-second", args.driver_polls_per_second),
@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--metrics-address: cannot listen on {args.metrics_address}: {err}")
         log.info("Serving metrics address=http://%s/metrics", args.metrics_address)
     slots, progress = handlers.SETTINGS.upgrade_slots, handlers.SETTINGS.progress
-    metrics.watch_operator(handlers.waiting, slots.in_use, slots.queued, progress.poll_seconds, progress.progress_seconds)
+    metrics.watch_operator(handlers.PASSES.waiting, slots.in_use, slots.queued, progress.poll_seconds, progress.progress_seconds)
     metrics.LEADER.set(0)
     loop = asyncio.new_event_loop()
     elector = None

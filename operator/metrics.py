@@ -45,8 +45,8 @@ RECONCILE_ERRORS = Counter(f"{PREFIX}_reconcile_errors", "Reconcile handler call
                            ["outcome"], registry=REGISTRY)
 RECONCILE_DURATION = Histogram(f"{PREFIX}_reconcile_duration_seconds", "Duration of a reconcile handler call, by outcome.",
                                ["outcome"], buckets=_PASS_BUCKETS, registry=REGISTRY)
-RECONCILE_IN_FLIGHT = Gauge(f"{PREFIX}_reconcile_in_flight", "Reconcile handler calls running now (kopf's work in progress).",
-                            registry=REGISTRY)
+RECONCILE_IN_FLIGHT = Gauge(f"{PREFIX}_reconcile_in_flight",
+                            "Reconcile handler calls running now, one per busy pass worker (at most --workers).", registry=REGISTRY)
 RESTARTS = Counter(f"{PREFIX}_restarts", "Driver failures that led to a restart, over all jobs.", registry=REGISTRY)
 SAVEPOINTS = Counter(f"{PREFIX}_savepoints", "Savepoints finished, by trigger and outcome (completed, failed).",
                      ["trigger", "outcome"], registry=REGISTRY)

@@ -73,7 +73,10 @@ class Progress:
         self._jobs: set[Key] = set()
         self._unwritten: dict[Key, _Unwritten] = {}
 
-    # --- the job count ---------------------------------------------------------------------
+    # --- the job count, and the timer's list of jobs -----------------------------------------
+    # Not the read cache's StreamJobs (k8s.cache), though the same watch events feed both: the cache keeps a body
+    # only when its resourceVersion is an integer (else it answers nothing and the pass makes the request), so a
+    # job could be missing there, and would get no timer pass and not count in the budgets.
     def saw(self, key: Key, deleted: bool = False) -> None:
         with self._lock:
             if deleted:

@@ -37,13 +37,19 @@ from streamjob_operator.reconcile.model import Decision
 
 Key = tuple[str, str]
 DEFAULT_LIMIT = 10  # --max-concurrent-upgrades' default
-HOLDING = frozenset({OpKind.upgrade, OpKind.rollback})  # StrEnum: a watched body's plain strings match too
+HOLDING = frozenset({OpKind.upgrade, OpKind.rollback})
+
+
+def holding(kind: object) -> bool:
+    """True for the kind of an operation that holds a slot (upgrade, rollback): the one rule, for a decided status's
+    ``OpKind`` and a watched body's plain string alike (``OpKind`` is a StrEnum: both match)."""
+    return kind in HOLDING
 
 
 def holds(status: StreamJobStatus) -> bool:
     """True when the status records an upgrade or rollback in progress."""
     op = status.operation
-    return op is not None and op.kind in HOLDING
+    return op is not None and holding(op.kind)
 
 
 def waits(status: StreamJobStatus) -> bool:
@@ -52,8 +58,9 @@ def waits(status: StreamJobStatus) -> bool:
 
 
 def _body_holds(body: dict[str, Any]) -> bool:
-    op = ((body.get("status") or {}).get("operation") or {})
-    return isinstance(op, dict) and op.get("kind") in HOLDING
+    """``holds`` for a watched body, read raw: a status that would not parse still counts by its operation's kind."""
+    op = (body.get("status") or {}).get("operation")
+    return isinstance(op, dict) and holding(op.get("kind"))
 
 
 class UpgradeSlots:

@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from streamjob_operator import handlers
-from streamjob_operator.dispatch import URGENT, PassPool
+from streamjob_operator.dispatch import URGENT
 from streamjob_operator.k8s.cache import ReadCache
+from streamjob_operator.passes import Passes
+from streamjob_operator.progress import Progress
 from streamjob_operator.reconcile import names
 
 
@@ -43,8 +45,8 @@ def busy_workers(monkeypatch: pytest.MonkeyPatch) -> Any:
     cache = ReadCache(True)
     monkeypatch.setitem(handlers._state, "clients", SimpleNamespace(cache=cache))
     monkeypatch.setattr(handlers, "measured", measured)
-    monkeypatch.setitem(handlers._state, "pool", PassPool(1, lambda key: handlers.measured(*key)))
-    handlers._state["pool"].submit(("ns", "other"), URGENT)
+    monkeypatch.setattr(handlers, "PASSES", Passes(lambda key: handlers.measured(*key), lambda: [], lambda: 1))
+    handlers.PASSES.submit(("ns", "other"), URGENT)
     yield cache, release, passes
     release.set()
 
@@ -92,5 +94,16 @@ def test_a_deleted_job_gets_a_last_pass_that_drops_what_the_operator_kept(busy_w
     asyncio.run(scenario())
     assert cache.job("ns", "wc") is None
     release.set()
-    handlers._state["pool"].submit(("ns", "after"), URGENT).result(timeout=5)  # the one worker runs in order
+    handlers.PASSES.submit(("ns", "after"), URGENT).result(timeout=5)  # the one worker runs in order
     assert passes == [("ns", "wc"), ("ns", "after")]  # one pass for the deletion, none for the MODIFIED event
+
+
+def test_a_job_the_cache_cannot_keep_is_still_on_the_timers_list(busy_workers: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resourceVersion that is not an integer: the cache answers nothing for the job (its passes make the request),
+    and the timer still visits it, from the list progress keeps (why that list is not the cache's)."""
+    cache, _, _ = busy_workers
+    monkeypatch.setattr(handlers.SETTINGS, "progress", Progress())
+    body = {"metadata": {"name": "opaque", "namespace": "ns", "resourceVersion": "v7"}, "spec": {}}
+    asyncio.run(handlers.on_streamjob_event(type="ADDED", body=body))
+    assert cache.job("ns", "opaque") is None
+    assert handlers.SETTINGS.progress.known() == [("ns", "opaque")]

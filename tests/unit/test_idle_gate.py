@@ -1,4 +1,4 @@
-"""The timer's idle gate (handlers.settled, handlers.due): which jobs the 2 s timer leaves alone.
+"""The timer's idle gate (handlers.settled, handlers._gate, passes.Passes.due): which jobs the 2 s timer leaves alone.
 
 A settled job with no driver (suspended, failed, finished; nothing pending) gets a timer
 pass only every --idle-poll-seconds, so it costs no API request in between; every other
@@ -16,7 +16,7 @@ import pytest
 from streamjob_contract.exitcodes import ExitCode
 from streamjob_contract.lifecycle import LifecycleState
 from streamjob_contract.runtime_status import RunState, RuntimeStatus
-from streamjob_operator import handlers
+from streamjob_operator import handlers, passes
 from streamjob_operator.api.spec import StreamJobSpec, parse_spec
 from streamjob_operator.api.status import StreamJobStatus
 from streamjob_operator.reconcile.decide import decide
@@ -83,22 +83,23 @@ def test_a_failed_job_idles_with_its_ended_driver_pod_kept() -> None:
 
 def test_the_gate_holds_for_the_interval_and_any_other_pass_reopens_it(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [1000.0]
-    monkeypatch.setattr(handlers.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(passes.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(handlers, "PASSES", passes.Passes(lambda key: None, lambda: [], lambda: 1))
     monkeypatch.setattr(handlers.SETTINGS, "idle_seconds", 60.0)
     suspended = decide(spec(state="suspended"), StreamJobStatus(), observed(), NOW)
     suspended = decide(spec(state="suspended"), suspended.status, observed(), NOW)
     handlers._gate("ns", "idle", suspended, observed())
-    assert not handlers.due("ns", "idle")
+    assert not handlers.PASSES.due(("ns", "idle"))
     clock[0] += 59.0
-    assert not handlers.due("ns", "idle")
+    assert not handlers.PASSES.due(("ns", "idle"))
     clock[0] += 1.0
-    assert handlers.due("ns", "idle")
+    assert handlers.PASSES.due(("ns", "idle"))
     handlers._gate("ns", "idle", suspended, observed())
-    assert not handlers.due("ns", "idle")
+    assert not handlers.PASSES.due(("ns", "idle"))
     resumed = decide(spec(), suspended.status, observed(), NOW)  # a spec change's pass: the job deploys
     handlers._gate("ns", "idle", resumed, observed())
-    assert handlers.due("ns", "idle")
-    assert handlers.due("ns", "never-seen")
+    assert handlers.PASSES.due(("ns", "idle"))
+    assert handlers.PASSES.due(("ns", "never-seen"))
 
 
 READY = JobProgress(RuntimeStatus(state=RunState.RUNNING, last_batch_id=3, latest_completed_batch=3))
@@ -143,9 +144,10 @@ def test_the_timer_keeps_its_2s_passes_for(job: JobProgress, change: dict[str, A
 
 def test_the_gate_of_a_ready_job_reopens_at_its_next_poll(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [1000.0]
-    monkeypatch.setattr(handlers.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(passes.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(handlers, "PASSES", passes.Passes(lambda key: None, lambda: [], lambda: 1))
     decision, obs = run_until_ready(spec(), READY, at=datetime.now(timezone.utc))
     handlers._gate("ns", "ready", decision, obs)
-    assert not handlers.due("ns", "ready")
+    assert not handlers.PASSES.due(("ns", "ready"))
     clock[0] += POLL + handlers.POLL_JITTER * POLL  # at the latest: the next poll plus the jitter
-    assert handlers.due("ns", "ready")
+    assert handlers.PASSES.due(("ns", "ready"))

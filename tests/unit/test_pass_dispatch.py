@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from streamjob_operator.dispatch import ROUTINE, URGENT, PassPool
+from streamjob_operator.passes import Passes
+from streamjob_operator.progress import Progress
 
 
 class Recorder:
@@ -83,7 +85,7 @@ def test_an_event_for_a_job_waiting_on_the_timer_raises_its_pass_to_urgent(held:
 def test_a_trigger_during_a_running_pass_queues_the_next_one(held: tuple[PassPool, Recorder]) -> None:
     pool, rec = held
     during = pool.submit("hold", URGENT)  # "hold" is running: what this trigger brought needs a pass after it
-    assert pool.depth()[URGENT] == 1 and pool.busy() == 1
+    assert pool.depth()[URGENT] == 1  # waiting: the running pass is not joined
     rec.release.set()
     results(during)
     assert rec.runs == ["hold", "hold"]
@@ -111,20 +113,18 @@ def test_a_pool_needs_a_worker() -> None:
         PassPool(0, lambda key: None)
 
 
-def test_the_timer_asks_a_pass_only_for_known_jobs_that_are_due(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One thread for every job (handlers.tick), instead of a kopf timer per job: a job not due costs no worker."""
-    from streamjob_operator import handlers
-    from streamjob_operator.progress import Progress
-
-    asked: list[tuple[Any, int]] = []
-    monkeypatch.setattr(handlers.SETTINGS, "progress", Progress())
-    monkeypatch.setitem(handlers._state, "pool", type("Pool", (), {"submit": lambda self, key, prio: asked.append((key, prio))})())
-    monkeypatch.setattr(handlers, "_idle_until", {("ns", "steady"): float("inf"), ("ns", "was-steady"): 0.0})
+def test_the_timer_asks_a_pass_only_for_known_jobs_that_are_due() -> None:
+    """One thread for every job (passes.Passes.tick), instead of a kopf timer per job: a job not due costs no worker."""
+    progress, ran = Progress(), []
+    timer = Passes(ran.append, progress.known, lambda: 1)
+    timer.rest(("ns", "steady"), float("inf"))
+    timer.rest(("ns", "was-steady"), 0.0)  # its rest is over
     for name in ("new", "steady", "was-steady", "gone"):
-        handlers.SETTINGS.progress.saw(("ns", name))
-    handlers.SETTINGS.progress.saw(("ns", "gone"), deleted=True)
-    assert handlers.tick() == 2
-    assert sorted(asked) == [(("ns", "new"), ROUTINE), (("ns", "was-steady"), ROUTINE)]
+        progress.saw(("ns", name))
+    progress.saw(("ns", "gone"), deleted=True)
+    assert timer.tick() == 2
+    timer.submit(("ns", "after"), ROUTINE).result(timeout=5)  # the one worker runs routine passes in order
+    assert sorted(ran) == [("ns", "after"), ("ns", "new"), ("ns", "was-steady")]
 
 
 def test_a_failed_pass_pauses_the_timer_for_that_job(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,8 +134,32 @@ def test_a_failed_pass_pauses_the_timer_for_that_job(monkeypatch: pytest.MonkeyP
         raise handlers.PassFailed("status write refused")
 
     monkeypatch.setattr(handlers, "reconcile", fails)
-    monkeypatch.setattr(handlers, "_idle_until", {})
+    monkeypatch.setattr(handlers, "PASSES", Passes(lambda key: None, lambda: [], lambda: 1))
     with pytest.raises(handlers.PassFailed):
         handlers.measured("ns", "broken")
-    assert not handlers.due("ns", "broken")  # the next timer pass waits FAILED_PASS_RETRY_SECONDS; events do not
-    assert handlers.due("ns", "other")
+    assert not handlers.PASSES.due(("ns", "broken"))  # the next timer pass waits FAILED_PASS_RETRY_SECONDS; events do not
+    assert handlers.PASSES.due(("ns", "other"))
+
+
+def test_a_pass_on_a_worker_counts_in_reconcile_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """/metrics' streamjob_reconcile_in_flight is the passes running on the workers (at --workers: the pool is full)."""
+    from streamjob_operator import handlers, metrics
+
+    started, release = threading.Event(), threading.Event()
+
+    def holds(namespace: str, name: str) -> None:
+        started.set()
+        release.wait(10)
+
+    def in_flight() -> float | None:
+        return metrics.REGISTRY.get_sample_value("streamjob_reconcile_in_flight")
+
+    monkeypatch.setattr(handlers, "reconcile", holds)
+    timer = Passes(lambda key: handlers.measured(*key), lambda: [], lambda: 1)
+    before = in_flight()
+    future = timer.submit(("ns", "wc"), URGENT)
+    assert started.wait(5)
+    assert in_flight() == before + 1
+    release.set()
+    future.result(timeout=5)
+    assert in_flight() == before

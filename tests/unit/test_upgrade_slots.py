@@ -20,7 +20,7 @@ from streamjob_operator.api.status import OpKind, Operation, Phase, StreamJobSta
 from streamjob_operator.main import build_parser
 from streamjob_operator.reconcile.decide import decide
 from streamjob_operator.reconcile.model import Decision
-from streamjob_operator.slots import DEFAULT_LIMIT, UpgradeSlots
+from streamjob_operator.slots import DEFAULT_LIMIT, UpgradeSlots, holds
 
 QUEUED = {"Progressing": ("True", "UpgradeQueued"), "Reconciling": ("True", "UpgradeQueued"), "Ready": ("True", "Running")}
 
@@ -133,3 +133,26 @@ def test_a_deleted_job_gives_its_slot_back() -> None:
 def test_the_operator_flag() -> None:
     assert build_parser().parse_args([]).max_concurrent_upgrades == DEFAULT_LIMIT
     assert build_parser().parse_args(["--max-concurrent-upgrades", "0"]).max_concurrent_upgrades == 0
+
+
+@pytest.mark.parametrize("kind", list(OpKind))
+def test_a_watched_body_and_a_decided_status_hold_a_slot_for_the_same_kinds(kind: OpKind) -> None:
+    """One rule (slots.holding) for both: the watch's copy of a job counts as its own decision would."""
+    slots = UpgradeSlots(0)
+    slots.saw(("ns", "a"), {"status": {"operation": {"kind": kind.value, "phase": "Stopping"}}})
+    expected = holds(StreamJobStatus(operation=Operation(kind=kind, phase=Phase.stopping)))
+    assert slots.in_use() == int(expected)
+    assert expected is (kind in (OpKind.upgrade, OpKind.rollback))
+
+
+@pytest.mark.parametrize("body", [
+    pytest.param({}, id="no-status"),
+    pytest.param({"status": {}}, id="no-operation"),
+    pytest.param({"status": {"operation": None}}, id="operation-null"),
+    pytest.param({"status": {"operation": "upgrade"}}, id="operation-not-an-object"),
+    pytest.param({"status": {"operation": {"phase": "Stopping"}}}, id="no-kind"),
+])
+def test_a_watched_body_without_an_upgrade_holds_no_slot(body: dict[str, object]) -> None:
+    slots = UpgradeSlots(0)
+    slots.saw(("ns", "a"), body)
+    assert slots.in_use() == 0
