@@ -88,8 +88,34 @@ class CredentialsSecretRef(Model):
                               description="Key in the Secret that holds the SASL password.")
 
 
+class CaSecretRef(Model):
+    """A Secret key holding the CA certificate(s), PEM, that signed the brokers' certificates."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=SECRET_NAME_PATTERN,
+                      description="Name of a Secret in the StreamJob's namespace (Strimzi: <cluster>-cluster-ca-cert).")
+    key: str = Field(default="ca.crt", min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN,
+                     description="Key in the Secret that holds the PEM certificate(s).")
+
+
+KAFKA_CA_MOUNT = "/etc/streamjob/kafka-ca"  # where the driver and executors find each caSecretRef: <mount>/<name>/<key>
+
+
+def kafka_ca_file(ref: CaSecretRef) -> str:
+    """The path of a caSecretRef's PEM file in the driver and executor pods (the operator mounts the Secret there)."""
+    return f"{KAFKA_CA_MOUNT}/{ref.name}/{ref.key}"
+
+
 class KafkaSasl(Model):
     """SASL authentication to the brokers; the credentials only by Secret reference (docs/delivery.md)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("!has(self.caSecretRef) || !has(self.securityProtocol) || self.securityProtocol == 'SASL_SSL'",
+                    "caSecretRef goes with securityProtocol SASL_SSL (SASL_PLAINTEXT has no TLS)", "caSecretRef"),
+            ]
+        }
+    )
 
     mechanism: SaslMechanism = Field(description="SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.")
     security_protocol: SecurityProtocol = Field(
@@ -102,6 +128,20 @@ class KafkaSasl(Model):
         description="Secret with the user name and password. The driver gets them as environment variables "
         "from the Secret (valueFrom.secretKeyRef); they are never in the spec, status, events or logs.",
     )
+    ca_secret_ref: CaSecretRef | None = Field(
+        default=None, alias="caSecretRef",
+        description="The CA that signed the brokers' certificates (PEM), by Secret reference, for SASL_SSL brokers "
+        "with a private CA (Strimzi's cluster CA, a company CA). Unset: the runtime image's trust store, which "
+        "holds the public CAs (Amazon MSK, Confluent Cloud). The Secret is mounted read-only into the driver "
+        f"and the executors at {KAFKA_CA_MOUNT}/<name>/<key>.",
+    )
+
+    @model_validator(mode="after")
+    def _ca_needs_tls(self) -> "KafkaSasl":
+        # the CEL rule above, for files that never pass through the API server
+        if self.ca_secret_ref is not None and self.security_protocol != SecurityProtocol.sasl_ssl:
+            raise ValueError("caSecretRef goes with securityProtocol SASL_SSL (SASL_PLAINTEXT has no TLS)")
+        return self
 
 
 # Spark reader options that would carry credentials inline: refused, use `sasl`.
@@ -386,6 +426,15 @@ def sasl_clients(job: JobDefinition) -> list[tuple[str, KafkaSasl]]:
     if sink is not None and sink.kafka is not None and sink.kafka.sasl is not None:
         found.append(("sink", sink.kafka.sasl))
     return found
+
+
+def kafka_ca_secrets(job: JobDefinition) -> dict[str, list[str]]:
+    """Every Secret a Kafka client of `job` takes its brokers' CA from: name -> its keys used, sorted."""
+    found: dict[str, set[str]] = {}
+    for _, sasl in sasl_clients(job):
+        if sasl.ca_secret_ref is not None:
+            found.setdefault(sasl.ca_secret_ref.name, set()).add(sasl.ca_secret_ref.key)
+    return {name: sorted(keys) for name, keys in sorted(found.items())}
 
 
 def dump_job_definition(job: JobDefinition) -> str:

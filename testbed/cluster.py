@@ -173,8 +173,13 @@ class TestBed:
         self.s3 = s3.credentials
 
         if self.with_kafka:
-            # on the real node pods reach the broker too: the PODS listener, one SCRAM user, fresh per test bed
-            pods = PodListener(BRIDGE_IP, podnet.kafka_host(), {KAFKA_POD_USER: secrets.token_hex(16)}) if real else None
+            # on the real node pods reach the broker too: the PODS listener, TLS with a cert of the run's CA,
+            # one SCRAM user, passwords fresh per test bed
+            pods = None
+            if real:
+                store_password = secrets.token_hex(16)
+                keystore = pki.server_keystore(self.run_dir / "pki", certs.ca, "kafka-pods", (podnet.kafka_host(),), store_password)
+                pods = PodListener(BRIDGE_IP, podnet.kafka_host(), {KAFKA_POD_USER: secrets.token_hex(16)}, keystore, store_password)
             self.kafka = start_kafka(locate.kafka_dir(), self.run_dir / "kafka", preferred_port=self.kafka_port,
                                      pod_listener=pods)
             self._processes.append(self.kafka.process)

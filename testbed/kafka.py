@@ -11,10 +11,12 @@ free ports. Topics are created through the real admin API (confluent-kafka's
 AdminClient).
 
 On the real node (``testbed.node``) pods cannot reach loopback: a third listener,
-``PODS`` (SASL_PLAINTEXT, SCRAM-SHA-512), binds the bridge's address and advertises the
+``PODS`` (SASL_SSL, SCRAM-SHA-512), binds the bridge's address and advertises the
 ``kafka`` Service's name (``testbed.podnet``), so a pod's client finds the broker by DNS
-and kube-proxy, as on a cluster. Its SCRAM users are written into the storage at format
-time (``kafka-storage format --add-scram``), so they exist before the broker serves.
+and kube-proxy, as on a cluster. Its certificate names that Service and is signed by the
+test bed's CA (a private CA, as Strimzi's cluster CA is: a client must be given it). Its
+SCRAM users are written into the storage at format time (``kafka-storage format
+--add-scram``), so they exist before the broker serves.
 """
 
 from __future__ import annotations
@@ -64,11 +66,14 @@ def _sasl_settings(sasl_users: Mapping[str, str]) -> dict[str, str]:
 @dataclass(frozen=True)
 class PodListener:
     """The listener pods reach: bound on `bind_host` (the bridge's address), advertised as
-    `advertised_host` (a Service name pods resolve), SCRAM-SHA-512 users name -> password."""
+    `advertised_host` (a Service name pods resolve), SCRAM-SHA-512 users name -> password; TLS
+    with the PKCS#12 `keystore` (testbed.pki.server_keystore) and its password."""
 
     bind_host: str
     advertised_host: str
     scram_users: Mapping[str, str]
+    keystore: Path
+    keystore_password: str
 
     def __post_init__(self) -> None:
         _check_plain_tokens("pod listener SCRAM users", self.scram_users)
@@ -81,10 +86,14 @@ def _check_plain_tokens(what: str, users: Mapping[str, str]) -> None:
         raise ValueError(f"test bed {what}: names and passwords are letters, digits, '_', '.', '-' ({', '.join(odd)})")
 
 
-def _pod_listener_settings() -> dict[str, str]:
+def _pod_listener_settings(listener: PodListener) -> dict[str, str]:
     return {
         "listener.name.pods.sasl.enabled.mechanisms": "SCRAM-SHA-512",
         "listener.name.pods.scram-sha-512.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "listener.name.pods.ssl.keystore.type": "PKCS12",
+        "listener.name.pods.ssl.keystore.location": str(listener.keystore),
+        "listener.name.pods.ssl.keystore.password": listener.keystore_password,
+        "listener.name.pods.ssl.key.password": listener.keystore_password,
     }
 
 
@@ -108,7 +117,7 @@ def _properties(node_dir: Path, broker_port: int, controller_port: int, sasl_por
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
-                                          "PODS:SASL_PLAINTEXT",
+                                          "PODS:SASL_SSL",
         "log.dirs": str(node_dir / "data"),
         "num.partitions": "1",
         "auto.create.topics.enable": "false",
@@ -124,7 +133,7 @@ def _properties(node_dir: Path, broker_port: int, controller_port: int, sasl_por
         # the broker's default (15 minutes): a sink asking for more is refused
         "transaction.max.timeout.ms": "900000",
         **(_sasl_settings(sasl_users) if sasl_port is not None and sasl_users else {}),
-        **(_pod_listener_settings() if pods is not None else {}),
+        **(_pod_listener_settings(pods[0]) if pods is not None else {}),
         **(overrides or {}),
     }
     return "".join(f"{k}={v}\n" for k, v in settings.items())

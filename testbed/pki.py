@@ -2,7 +2,8 @@
 
 Called by ``testbed.cluster`` once per run: a CA, the API server's serving cert,
 client certs (admin, controller-manager, kubelet) and the service-account
-signing key pair, all written as PEM files under the run's ``pki/`` directory.
+signing key pair, all written as PEM files under the run's ``pki/`` directory;
+and a server keystore for the Kafka broker's TLS listener (``server_keystore``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 _VALIDITY = datetime.timedelta(days=30)
@@ -224,3 +226,22 @@ def client_cert(directory: Path, ca: CertPair, stem: str, common_name: str, orga
     _write_cert(cert, pair.cert)
     _write_key(key, pair.key)
     return pair
+
+
+def server_keystore(directory: Path, ca: CertPair, stem: str, sans: tuple[str, ...], password: str) -> Path:
+    """A PKCS#12 keystore (key, serving cert for `sans`, the CA) signed by the run's CA, for a Java server
+    (the Kafka broker's TLS listener). Encrypted with PBE-SHA1-3DES, which every Java reads."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
+    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    key = _new_key()
+    cert = _issue(subject=_name(sans[0]), key=key, ca_cert=ca_cert, ca_key=ca_key, server=True, sans=sans)
+    encryption = (serialization.PrivateFormat.PKCS12.encryption_builder()
+                  .kdf_rounds(50000)
+                  .key_cert_algorithm(pkcs12.PBES.PBESv1SHA1And3KeyTripleDESCBC)
+                  .hmac_hash(hashes.SHA1())
+                  .build(password.encode()))
+    path = directory / f"{stem}.p12"
+    path.write_bytes(pkcs12.serialize_key_and_certificates(stem.encode(), key, cert, [ca_cert], encryption))
+    path.chmod(0o600)
+    return path

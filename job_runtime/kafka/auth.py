@@ -7,9 +7,13 @@ settings of the two kinds of client, in memory only:
 
 - librdkafka (confluent-kafka: the exactly-once sink's producer and marker
   consumer, the preflight check): security.protocol, sasl.mechanism,
-  sasl.username, sasl.password;
+  sasl.username, sasl.password, and with a caSecretRef ssl.ca.location;
 - Spark's Kafka connector (Kafka sources, the atLeastOnce sink): the
-  `kafka.`-prefixed options, the credentials in `kafka.sasl.jaas.config`.
+  `kafka.`-prefixed options, the credentials in `kafka.sasl.jaas.config`, and
+  with a caSecretRef a PEM trust store (`kafka.ssl.truststore.*`).
+
+A caSecretRef's file is where the operator mounts the Secret in the driver and
+the executors (streamjob_contract.jobdef.kafka_ca_file).
 
 Nothing here logs a setting. `check` connects once before the query starts, so
 wrong credentials fail the run with a message naming the brokers, the user and
@@ -23,7 +27,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from streamjob_contract.jobdef import KafkaSasl, SaslMechanism, sasl_env
+from streamjob_contract.jobdef import KafkaSasl, SaslMechanism, kafka_ca_file, sasl_env
 
 CHECK_TIMEOUT = 30.0  # seconds for the preflight metadata request
 
@@ -53,12 +57,15 @@ def client_conf(sasl: KafkaSasl | None, role: str, where: str) -> dict[str, Any]
     if sasl is None:
         return {}
     user, password = credentials(role, where)
-    return {
+    conf = {
         "security.protocol": sasl.security_protocol.value,
         "sasl.mechanism": sasl.mechanism.value,
         "sasl.username": user,
         "sasl.password": password,
     }
+    if sasl.ca_secret_ref is not None:
+        conf["ssl.ca.location"] = kafka_ca_file(sasl.ca_secret_ref)
+    return conf
 
 
 def _jaas_quote(value: str) -> str:
@@ -71,11 +78,15 @@ def spark_options(sasl: KafkaSasl | None, role: str, where: str) -> dict[str, st
         return {}
     user, password = credentials(role, where)
     jaas = f"{_LOGIN_MODULES[sasl.mechanism]} required username={_jaas_quote(user)} password={_jaas_quote(password)};"
-    return {
+    options = {
         "kafka.security.protocol": sasl.security_protocol.value,
         "kafka.sasl.mechanism": sasl.mechanism.value,
         "kafka.sasl.jaas.config": jaas,
     }
+    if sasl.ca_secret_ref is not None:  # the Java client reads a PEM trust store (KIP-651)
+        options["kafka.ssl.truststore.type"] = "PEM"
+        options["kafka.ssl.truststore.location"] = kafka_ca_file(sasl.ca_secret_ref)
+    return options
 
 
 def check(bootstrap: str, sasl: KafkaSasl | None, role: str, where: str, timeout: float = CHECK_TIMEOUT) -> None:

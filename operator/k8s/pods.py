@@ -137,16 +137,23 @@ def driver_pod(template: Manifest, own: Manifest, pull_secrets: list[Manifest] |
     return {**own, "metadata": metadata, "spec": _secured(merged)}
 
 
-def executor_template(template: Manifest, pull_secrets: list[Manifest] | None) -> Manifest:
+def executor_template(template: Manifest, pull_secrets: list[Manifest] | None,
+                      volumes: list[Manifest] | None = None, mounts: list[Manifest] | None = None) -> Manifest:
     """The pod template file Spark builds executor pods from (spark.kubernetes.executor.podTemplateFile).
 
     Spark sets the executor container's image, command, env, ports and
     resources itself and keeps the rest; it appends that container after the
-    sidecars, so the default-container annotation names it.
+    sidecars, so the default-container annotation names it. `volumes` and
+    their `mounts` in the executor container are the operator's, ahead of the template's.
     """
     spec = copy.deepcopy(template.get("spec") or {})
     main, sidecars = _split(spec)
-    spec["containers"] = [{**main, "name": EXECUTOR_CONTAINER}, *sidecars]
+    executor = {**main, "name": EXECUTOR_CONTAINER}
+    if mounts:
+        executor["volumeMounts"] = [*copy.deepcopy(mounts), *(main.get("volumeMounts") or [])]
+    if volumes:
+        spec["volumes"] = [*copy.deepcopy(volumes), *(spec.get("volumes") or [])]
+    spec["containers"] = [executor, *sidecars]
     secrets = _pull_secrets(pull_secrets, spec.get("imagePullSecrets"))
     if secrets:
         spec["imagePullSecrets"] = secrets

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from streamjob_contract.jobdef import JobDefinition, dump_job_definition, sasl_clients, sasl_env
+from streamjob_contract.jobdef import KAFKA_CA_MOUNT, JobDefinition, dump_job_definition, kafka_ca_secrets, sasl_clients, sasl_env
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, KIND, StreamJobSpec
 from streamjob_operator.k8s import pods
 from streamjob_operator.reconcile import names
@@ -90,10 +90,24 @@ def _meta(owner: Owner, name: str, labels: dict[str, str] | None = None, annotat
     return meta
 
 
+def kafka_ca_volumes(job: JobDefinition) -> tuple[list[Manifest], list[Manifest]]:
+    """(volumes, volumeMounts) that put each caSecretRef's Secret at KAFKA_CA_MOUNT/<name>/ (read-only, only
+    the keys the job names), where the runtime's Kafka clients read it (jobdef.kafka_ca_file)."""
+    volumes: list[Manifest] = []
+    mounts: list[Manifest] = []
+    for i, (name, keys) in enumerate(kafka_ca_secrets(job).items()):
+        volume = f"streamjob-kafka-ca-{i}"
+        volumes.append({"name": volume, "secret": {"secretName": name, "defaultMode": 0o444,
+                                                   "items": [{"key": k, "path": k} for k in keys]}})
+        mounts.append({"name": volume, "mountPath": f"{KAFKA_CA_MOUNT}/{name}", "readOnly": True})
+    return volumes, mounts
+
+
 def executor_pod_template(spec: StreamJobSpec) -> Manifest:
-    """spec.podTemplate with executor.podTemplate over it, the pull secrets and the restricted defaults."""
+    """spec.podTemplate with executor.podTemplate over it, the pull secrets, the Kafka CA Secrets (a Kafka source
+    reads on the executors) and the restricted defaults."""
     template = pods.role_template(spec.pod_template, spec.executor.pod_template)
-    return pods.executor_template(template, _pull_secrets(spec))
+    return pods.executor_template(template, _pull_secrets(spec), *kafka_ca_volumes(spec.job))
 
 
 def _pull_secrets(spec: StreamJobSpec) -> list[Manifest]:
@@ -300,6 +314,7 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
                     secret_env("AWS_SECRET_ACCESS_KEY", ref.name, ref.secret_access_key_key)]
     env += kafka_credentials_env(spec.job)
     memory = _pod_memory(spec.driver.memory, spec.driver.memory_overhead)
+    ca_volumes, ca_mounts = kafka_ca_volumes(spec.job)
     labels = names.driver_labels(owner.name, action.epoch)
     own = {
         "apiVersion": "v1",
@@ -333,6 +348,7 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
                         # the only place the runtime image writes (java.io.tmpdir, spark.local.dir):
                         # the image works with a read-only root filesystem (docs/images.md)
                         {"name": "streamjob-tmp", "mountPath": "/tmp"},
+                        *ca_mounts,
                     ],
                     "terminationMessagePath": "/dev/termination-log",
                     "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -342,6 +358,7 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
                 {"name": "streamjob-job", "configMap": {"name": names.job_config_map(owner.name, action.epoch)}},
                 {"name": "streamjob-token", "secret": {"secretName": names.token_secret(owner.name), "defaultMode": 0o444}},
                 {"name": "streamjob-tmp", "emptyDir": {}},
+                *ca_volumes,
             ],
         },
     }

@@ -228,33 +228,42 @@ KAFKA_PROBE = """
 import os
 from confluent_kafka import KafkaError, Producer
 
-def conf(password):
-    return {"bootstrap.servers": os.environ["BROKERS"], "security.protocol": "SASL_PLAINTEXT",
+with open("/tmp/ca.crt", "w") as ca:
+    ca.write(os.environ["KAFKA_CA"])
+
+def conf(password, ca_location="/tmp/ca.crt"):
+    conf = {"bootstrap.servers": os.environ["BROKERS"], "security.protocol": "SASL_SSL",
             "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": os.environ["KAFKA_USER"], "sasl.password": password,
             "enable.idempotence": True}
+    return {**conf, "ssl.ca.location": ca_location} if ca_location else conf
 
 producer = Producer(conf(os.environ["KAFKA_PASSWORD"]))
 producer.produce(os.environ["TOPIC"], key=b"pod", value=b"hello from a pod")
 print("unsent after flush:", producer.flush(60), flush=True)
 
-refused = []
-wrong = Producer({**conf("not-the-password"), "error_cb": lambda err: refused.append(err.code())})
-for _ in range(20):  # librdkafka reports the failed SCRAM exchange through error_cb, served by poll
-    if KafkaError._AUTHENTICATION in refused:
-        break
-    wrong.poll(1)
-print("wrong password:", "REFUSED" if KafkaError._AUTHENTICATION in refused else f"NOT REFUSED {refused}", flush=True)
+def refused(config, code):
+    seen = []
+    client = Producer({**config, "error_cb": lambda err: seen.append(err.code())})
+    for _ in range(20):  # librdkafka reports a failed handshake or SCRAM exchange through error_cb, served by poll
+        if code in seen:
+            return "REFUSED"
+        client.poll(1)
+    return f"NOT REFUSED {seen}"
+
+print("wrong password:", refused(conf("not-the-password"), KafkaError._AUTHENTICATION), flush=True)
+print("without the CA:", refused(conf(os.environ["KAFKA_PASSWORD"], ca_location=None), KafkaError._SSL), flush=True)
 """
 
 
-def test_a_pod_reaches_the_broker_through_the_kafka_service_with_scram(core: client.CoreV1Api, real_bed: TestBed,
-                                                                      ns: str) -> None:
+def test_a_pod_reaches_the_broker_through_the_kafka_service_with_tls_and_scram(core: client.CoreV1Api, real_bed: TestBed,
+                                                                              ns: str) -> None:
     broker = real_bed.kafka
     assert broker is not None and broker.pod_bootstrap is not None
     assert broker.pod_bootstrap.startswith("kafka.streamjob-testbed.svc.cluster.local:")
     topic = broker.create_topic(f"podprobe-{uuid.uuid4().hex[:6]}")
     [(user, password)] = broker.pod_users.items()
-    env = {"BROKERS": broker.pod_bootstrap, "KAFKA_USER": user, "KAFKA_PASSWORD": password, "TOPIC": topic}
+    env = {"BROKERS": broker.pod_bootstrap, "KAFKA_USER": user, "KAFKA_PASSWORD": password, "TOPIC": topic,
+           "KAFKA_CA": real_bed.ca_file.read_text()}
     probe = pod("kafkaprobe", imagestore.runtime_image(), ["python3", "-c", KAFKA_PROBE])
     probe.spec.containers[0].env = [client.V1EnvVar(name=k, value=v) for k, v in env.items()]
     core.create_namespaced_pod(ns, probe)
@@ -263,7 +272,9 @@ def test_a_pod_reaches_the_broker_through_the_kafka_service_with_scram(core: cli
     out = pod_log(core, ns, "kafkaprobe")
 
     assert done.exit_code == 0, out
-    assert "unsent after flush: 0" in out and "wrong password: REFUSED" in out, out
+    # the broker's certificate is the test bed CA's: verified with it, refused by the image's public CAs alone
+    assert "unsent after flush: 0" in out, out
+    assert "wrong password: REFUSED" in out and "without the CA: REFUSED" in out, out
     # the record the pod sent is on the broker, read back from the host's loopback listener
     from confluent_kafka import Consumer
 

@@ -177,6 +177,10 @@ INVALID = [
                  "spec.job.pipeline.sink.kafka.sasl.securityProtocol", id="SASL without a SASL security protocol is refused"),
     pytest.param(kafka_source({"mechanism": "PLAIN"}), "spec.job.pipeline.sources[0].sasl.secretRef",
                  id="kafka source SASL without a secretRef is refused"),
+    pytest.param(kafka_sink(**KAFKA_OK, sasl={**SASL_OK, "securityProtocol": "SASL_PLAINTEXT", "caSecretRef": {"name": "kafka-ca"}}),
+                 "spec.job.pipeline.sink.kafka.sasl.caSecretRef", id="a brokers' CA without TLS is refused"),
+    pytest.param(kafka_source({**SASL_OK, "caSecretRef": {"name": "Kafka_CA"}}), "spec.job.pipeline.sources[0].sasl.caSecretRef.name",
+                 id="a CA Secret name that is not a Secret name is refused"),
     pytest.param(kafka_source(**{"kafka.sasl.jaas.config": 'PlainLoginModule required username="u" password="hunter2";'}),
                  "spec.job.pipeline.sources[0].options", id="kafka source credentials in options are refused"),
     pytest.param(setting("spec.job.pipeline.sources.0.sasl", SASL_OK), "spec.job.pipeline.sources[0].sasl",
@@ -259,6 +263,16 @@ def test_kafka_sasl_by_secret_reference_is_accepted(kubectl_run, streamjob_crd, 
     got = yaml.safe_load(kubectl_run("get", "sj", obj["metadata"]["name"], "-n", namespace, "-o", "yaml").stdout)["spec"]["job"]
     assert got["pipeline"]["sources"][0]["sasl"]["secretRef"] == {"name": "kafka-creds", "usernameKey": "username", "passwordKey": "password"}
     assert got["pipeline"]["sink"]["kafka"]["sasl"]["secretRef"]["passwordKey"] == "pass"
+
+
+def test_a_brokers_ca_by_secret_reference_is_accepted_with_tls(kubectl_run, streamjob_crd, namespace):
+    obj = base()
+    kafka_source({"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "kafka-creds"}, "caSecretRef": {"name": "my-cluster-cluster-ca-cert"}})(obj)
+    kubectl_run("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(obj))
+    got = yaml.safe_load(kubectl_run("get", "sj", obj["metadata"]["name"], "-n", namespace, "-o", "yaml").stdout)["spec"]["job"]
+    # the default protocol (SASL_SSL) and key (Strimzi's ca.crt) filled in by the API server
+    assert got["pipeline"]["sources"][0]["sasl"]["caSecretRef"] == {"name": "my-cluster-cluster-ca-cert", "key": "ca.crt"}
+    assert got["pipeline"]["sources"][0]["sasl"]["securityProtocol"] == "SASL_SSL"
 
 
 def test_changing_state_partitions_under_last_state_is_refused(kubectl_run, streamjob_crd, namespace):

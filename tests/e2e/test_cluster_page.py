@@ -14,7 +14,9 @@ the page):
 - ``SUBSTITUTIONS``: page text replaced by its test-bed equivalent (no registry: the
   built images are tagged into the node's containerd, where a pull would have put them;
   no AWS: the bucket on the test bed's S3, its one region, its key; the brokers: the test
-  bed's Kafka broker through the ``kafka`` Service, SCRAM-SHA-512 without TLS).
+  bed's Kafka broker through the ``kafka`` Service, SASL_SSL with SCRAM-SHA-512 as the page
+  says, its certificate from the test bed's private CA, which the job is given as the page's
+  private-CA note says).
 
 Everything else runs as written: the chart packaged by scripts/package-chart.sh and
 installed with ``helm install --wait`` (so the operator runs as a container of the
@@ -141,14 +143,16 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
                  "the node has 2 CPUs and the driver requests 1: two 2-core executors cannot be scheduled; "
                  "the driver's local master runs the tasks", count=2),
     Substitution("BROKERS=kafka.example.com:9093      # the brokers' SASL_SSL listener",
-                 'BROKERS="$SJ_KAFKA_BROKERS"',
-                 "the test bed's broker: its listener for pods, by the kafka Service's name (testbed.kafka)"),
+                 'BROKERS="$SJ_KAFKA_BROKERS"\n'
+                 'kubectl -n analytics create secret generic kafka-ca --from-file=ca.crt="$SJ_KAFKA_CA"',
+                 "the test bed's broker: its SASL_SSL listener for pods, by the kafka Service's name (testbed.kafka); "
+                 "its certificate is from the test bed's CA, so the job gets that CA in a Secret, as the page's "
+                 "private-CA note says"),
     Substitution("<user>", '"$SJ_KAFKA_USER"', "that listener's SCRAM-SHA-512 user"),
     Substitution("<password>", '"$SJ_KAFKA_PASSWORD"', "its password, fresh per test bed"),
     Substitution("sasl: {mechanism: SCRAM-SHA-512, secretRef:",
-                 "sasl: {mechanism: SCRAM-SHA-512, securityProtocol: SASL_PLAINTEXT, secretRef:",
-                 "the test bed's broker has no TLS listener (no certificate a pod would trust): the same SCRAM "
-                 "exchange, without TLS", count=2),
+                 "sasl: {mechanism: SCRAM-SHA-512, caSecretRef: {name: kafka-ca}, secretRef:",
+                 "the broker's CA is private (the page's private-CA note)", count=2),
 )
 
 
@@ -230,7 +234,7 @@ def test_the_page_parser_sees_every_command_block_and_the_tables_match_it() -> N
     first, second = page_parts(PAGE.read_text())
     for command in ("bash scripts/package-chart.sh dist/charts", "kubectl apply -f clicks.yaml"):
         assert command in first
-    for command in ("kubectl apply -f windows.yaml", "securityProtocol: SASL_PLAINTEXT"):
+    for command in ("kubectl apply -f windows.yaml", "caSecretRef: {name: kafka-ca}"):
         assert command in second and command not in first
     assert "declare -p" in first and "BUCKET" in first.rsplit("declare -p", 1)[1], "the first part saves its variables"
     assert "aws " not in script and "docker " not in script, "a command that cannot run here is left in the script"
@@ -399,6 +403,7 @@ def test_run_it_on_your_cluster_takes_a_reader_to_a_ready_job_with_s3_then_kafka
         "SJ_KAFKA_BROKERS": broker.pod_bootstrap,
         "SJ_KAFKA_USER": kafka_user,
         "SJ_KAFKA_PASSWORD": kafka_password,
+        "SJ_KAFKA_CA": str(real_bed.ca_file),
     }
     with real_bed.api_client() as api:
         try:

@@ -26,6 +26,26 @@ def test_spark_options_quote_the_credentials_in_the_jaas_entry(monkeypatch) -> N
     assert kafka_auth.spark_options(None, "sink", "sink.kafka") == {} == kafka_auth.client_conf(None, "sink", "sink.kafka")
 
 
+def test_a_brokers_ca_reaches_both_clients_as_the_file_the_operator_mounts(monkeypatch) -> None:
+    for var in sasl_env("sink"):
+        monkeypatch.setenv(var, "x")
+    sasl = KafkaSasl.model_validate({"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "creds"},
+                                     "caSecretRef": {"name": "my-cluster-cluster-ca-cert"}})
+    path = "/etc/streamjob/kafka-ca/my-cluster-cluster-ca-cert/ca.crt"
+    assert kafka_auth.client_conf(sasl, "sink", "sink.kafka")["ssl.ca.location"] == path
+    options = kafka_auth.spark_options(sasl, "sink", "sink.kafka")
+    assert (options["kafka.ssl.truststore.type"], options["kafka.ssl.truststore.location"]) == ("PEM", path)
+    # without one, the image's trust store: nothing set
+    assert "ssl.ca.location" not in kafka_auth.client_conf(SCRAM, "sink", "sink.kafka")
+    assert not [k for k in kafka_auth.spark_options(SCRAM, "sink", "sink.kafka") if "truststore" in k]
+
+
+def test_a_brokers_ca_without_tls_is_refused() -> None:
+    with pytest.raises(ValueError, match="caSecretRef goes with securityProtocol SASL_SSL"):
+        KafkaSasl.model_validate({"mechanism": "PLAIN", "securityProtocol": "SASL_PLAINTEXT", "secretRef": {"name": "creds"},
+                                  "caSecretRef": {"name": "ca"}})
+
+
 def test_missing_credentials_name_the_variables_and_the_field(monkeypatch) -> None:
     for var in sasl_env("sink"):
         monkeypatch.delenv(var, raising=False)

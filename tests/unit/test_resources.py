@@ -141,3 +141,27 @@ def test_core_request_takes_kubernetes_cpu_quantities_only() -> None:
     for bad in ("half", "1.2345", "-1", "500M", ""):
         with pytest.raises(SpecError, match="spec.driver.coreRequest"):
             parse_spec({**SPEC.model_dump(by_alias=True, exclude_none=True), "driver": {"coreRequest": bad}})
+
+
+def test_a_brokers_ca_secret_is_mounted_in_the_driver_and_the_executors_where_the_runtime_reads_it() -> None:
+    ca = {"name": "strimzi-cluster-ca-cert"}
+    sasl = {"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "kafka-creds"}, "caSecretRef": ca}
+    spec = parse_spec({**SPEC.model_dump(mode="json", by_alias=True, exclude_none=True), "job": {
+        "entrypoint": "jobs.kafka:build",
+        "sources": [{"name": "events", "kind": "kafka", "sasl": sasl,
+                     "options": {"kafka.bootstrap.servers": "kafka:9093", "subscribe": "events"}}],
+        "sink": {"kind": "kafka", "kafka": {"bootstrapServers": "kafka:9093", "topic": "out",
+                                             "sasl": {**sasl, "caSecretRef": {**ca, "key": "other.pem"}}}},
+    }})
+    volume = {"name": "streamjob-kafka-ca-0", "secret": {"secretName": "strimzi-cluster-ca-cert", "defaultMode": 0o444,
+                                                        "items": [{"key": "ca.crt", "path": "ca.crt"},
+                                                                  {"key": "other.pem", "path": "other.pem"}]}}
+    mount = {"name": "streamjob-kafka-ca-0", "mountPath": "/etc/streamjob/kafka-ca/strimzi-cluster-ca-cert", "readOnly": True}
+
+    pod = resources.driver_pod(OWNER, spec, ACTION, RuntimeLayout())
+    assert volume in pod["spec"]["volumes"] and mount in pod["spec"]["containers"][0]["volumeMounts"]
+    template = resources.executor_pod_template(spec)
+    assert volume in template["spec"]["volumes"] and mount in template["spec"]["containers"][0]["volumeMounts"]
+    # a job without one mounts nothing more
+    assert not [v for v in resources.driver_pod(OWNER, SPEC, ACTION, RuntimeLayout())["spec"]["volumes"]
+                if v["name"].startswith("streamjob-kafka-ca")]
