@@ -1,6 +1,7 @@
 """What this machine is, as the real node needs to know it: detected, never assumed.
 
-Called by ``testbed.node`` (kubelet and containerd settings) and by the node tests.
+Called by ``testbed.node`` (once per node; ``testbed.nodeconfig`` turns the facts into kubelet
+and containerd settings, ``testbed.nodehost`` into the node's cgroups) and by the node tests.
 One place for the facts that change the node's configuration from one machine to
 another: the cgroup version (v1 here: the kubelet then needs ``failCgroupV1: false``),
 whether this process holds ``CAP_SYS_RESOURCE`` (not here: containerd then needs

@@ -116,6 +116,6 @@ def operator_image() -> str:
 
 
 def push_archive(name: str, archive: Path) -> None:
-    """Writes a built image as an OCI archive (for containerd's import: testbed.node), named ``name`` inside."""
+    """Writes a built image as an OCI archive (for containerd's import: testbed.nodeimages), named ``name`` inside."""
     # uncompressed: gzip is most of the export and of the import time, and the archive is deleted at once
     _buildah("push", "--quiet", "--disable-compression", name, f"oci-archive:{archive}:{name}", timeout=900)

@@ -1,7 +1,8 @@
 """How the host's servers and the real node's pods reach each other, with no packet able to leave the machine.
 
-Called by ``testbed.node.RealNode`` (``install`` when it sets up the bridge; its chains
-go with the node's sweep, which removes every ``STREAMJOB-*`` chain) and by
+Called by ``testbed.nodehost`` (``install`` when it sets up the real node's bridge; its
+chains go with the node's sweep, which removes every ``STREAMJOB-*`` chain), by
+``testbed.node`` and ``testbed.nodeconfig`` (the bridge's name and addresses) and by
 ``testbed.cluster.TestBed`` (``HOST_ALIAS`` for host clients, ``publish`` once the API
 serves).
 
@@ -19,7 +20,7 @@ rewrites it to the bridge's address. So:
 
 A guard in filter OUTPUT rejects any packet for the pod range that would leave through
 an interface other than the bridge or loopback (the bridge removed under a running
-client, a route added by someone else); mangle FORWARD (``testbed.node``) already
+client, a route added by someone else); mangle FORWARD (``testbed.nodehost``) already
 drops what pods would send through the machine.
 
 Pods reach S3 by name: a selector-less Service ``s3`` in namespace ``NAMESPACE`` whose
