@@ -55,7 +55,9 @@ def breakdown(created: float, log: str, first_batch: float, new_batch: float) ->
     for key, _, _ in PHASES:
         if key in ends:
             out[key] = max(0.0, ends[key] - previous)
-            previous = ends[key]
+            # never back in time: a milestone seen before the previous one (a commit copied at start) adds
+            # nothing, and the next phase counts from the later one, so the phases add up to the total
+            previous = max(previous, ends[key])
     return out
 
 
