@@ -61,6 +61,46 @@ def breakdown(created: float, log: str, first_batch: float, new_batch: float) ->
     return out
 
 
+# A warm-standby handover, from the old driver's last commit to the standby's first: (key, label, whose log line
+# ends it, the message). The old driver's lines come from its log, the standby's from its own.
+HANDOVER = [
+    ("savepoint", "last commit of the old driver -> its savepoint completed (stop, final batch, manifest)",
+     "old", re.compile(r"^(completed savepoint|stopped for savepoint) ")),  # a stop with a savepoint logs the second
+    ("release", "-> the standby released (the operator sees the savepoint, deletes the old driver, waits for it "
+     "to go, releases)", "standby", re.compile(r"^accepted release ")),
+    ("restore", "-> the standby's query started (restore, checkpoint claimed, epoch, query)", "standby",
+     re.compile(r"^started query ")),
+    ("first_batch", "-> the standby's first new batch committed", None, None),
+]
+
+
+def handover(last_old: float, old_log: str, standby_log: str, first_new: float) -> dict[str, float]:
+    """Seconds in each HANDOVER phase; a milestone whose line is missing is left out (its time goes to the next)."""
+    logs = {"old": log_times(old_log), "standby": log_times(standby_log)}
+    ends: dict[str, float] = {"first_batch": first_new}
+    for key, _, whose, pattern in HANDOVER:
+        if whose is not None and pattern is not None:
+            found = [t for t, msg in logs[whose] if pattern.match(msg)]
+            if found:
+                ends[key] = found[-1] if whose == "old" else found[0]
+    out, previous = {}, last_old
+    for key, _, _, _ in HANDOVER:
+        if key in ends:
+            out[key] = max(0.0, ends[key] - previous)
+            previous = max(previous, ends[key])
+    return out
+
+
+def handover_table(runs: list[dict[str, float]]) -> str:
+    """A markdown table of the handover phases (medians over the runs)."""
+    rows = ["| phase (seconds, medians) | warm-standby upgrade |", "| --- | ---: |"]
+    for key, label, _, _ in HANDOVER:
+        values = [r[key] for r in runs if key in r]
+        rows.append(f"| {label} | {statistics.median(values):.1f} |" if values else f"| {label} | - |")
+    total = f"{statistics.median([sum(r.values()) for r in runs]):.1f}" if runs else "-"
+    return "\n".join(rows) + f"\n| **last commit of the old driver -> first of the standby** | {total} |\n"
+
+
 def table(columns: dict[str, list[dict[str, float]]]) -> str:
     """A markdown table: one row per phase, one column per kind of start (medians over its rounds)."""
     head = "| phase (seconds, medians) | " + " | ".join(columns) + " |\n| --- |" + " ---: |" * len(columns) + "\n"

@@ -32,7 +32,7 @@ from typing import Any
 from kubernetes import client, watch
 
 import job_runtime
-from driver_phases import breakdown, table
+from driver_phases import breakdown, handover, handover_table, table
 from testbed import TestBed
 
 IMAGE = "ghcr.io/streamjob/streamjob-runtime:0.1.0"
@@ -160,11 +160,11 @@ def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s
     result: dict[str, Any] = {"cold_start_s": [first - created], "upgrade_downtime_s": [], "standby_upgrade_downtime_s": [],
                               "failure_reaction_s": [], "failure_recovery_s": [],
                               "phases_cold": [breakdown(created, bed.pod_log(NS, st["driverPod"]), first, first)],
-                              "phases_recovery": []}
+                              "phases_recovery": [], "phases_handover": []}
 
     def upgrade(change: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], float, float]:
         """Applies ``change``; (old status, new status, downtime: last commit of the old -> first of the new,
-        the time of that first commit of the new)."""
+        the time of that first commit of the new). A standby upgrade's phases go to result["phases_handover"]."""
         old = status(custom, "b")
         custom.patch_namespaced_custom_object("streamjob.io", "v1alpha1", NS, "streamjobs", "b", {"spec": change})
         # the new driver's storage hygiene prunes the old run's folder once it has committed: keep its last listing
@@ -180,6 +180,9 @@ def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s
         # by batch id: the restore copies the savepoint's commits into the new location, they are not new batches
         first_new = wait(lambda: [t for b, t in commit_times(s3, new["checkpointLocation"]) if b > last_batch], 600,
                          "the new driver's first batch")
+        if change.get("standby", {}).get("enabled"):
+            result["phases_handover"].append(handover(last_old, bed.pod_log(NS, old["driverPod"]),
+                                                      bed.pod_log(NS, new["driverPod"]), min(first_new)))
         return old, new, min(first_new) - last_old, min(first_new)
 
     for i in range(rounds):
@@ -274,6 +277,10 @@ Where a start goes, from the driver's own log lines and its checkpoint's commits
 {react:.2f} s after the kill:
 
 {table({"cold start (first deploy)": r["phases_cold"], "failure recovery": r["phases_recovery"]})}
+Where a warm-standby upgrade's downtime goes, from the old driver's and the standby's log lines (the old
+driver's log as the test bed's kubelet kept it after the pod was deleted):
+
+{handover_table(r.get("phases_handover", []))}
 Raw: `{json.dumps(rounded(r))}`
 
 Reading: the upgrade downtime is the stop-with-savepoint, the copy of the checkpoint to the savepoint, the
