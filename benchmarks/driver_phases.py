@@ -51,8 +51,13 @@ def breakdown(created: float, log: str, first_batch: float, new_batch: float) ->
         checks = [t for t, msg in lines if PHASES[1][2] and PHASES[1][2].match(msg) and t <= started]
         if checks:
             ends["checkpoint"] = checks[-1]  # the last check before the query: they run in a fixed order
-    out, previous = {}, created
-    for key, _, _ in PHASES:
+    return _seconds(created, ends, [key for key, _, _ in PHASES])
+
+
+def _seconds(start: float, ends: dict[str, float], keys: list[str]) -> dict[str, float]:
+    """Each phase's seconds: its end minus the previous one's, in the order of `keys` (missing ones left out)."""
+    out, previous = {}, start
+    for key in keys:
         if key in ends:
             out[key] = max(0.0, ends[key] - previous)
             # never back in time: a milestone seen before the previous one (a commit copied at start) adds
@@ -83,33 +88,25 @@ def handover(last_old: float, old_log: str, standby_log: str, first_new: float) 
             found = [t for t, msg in logs[whose] if pattern.match(msg)]
             if found:
                 ends[key] = found[-1] if whose == "old" else found[0]
-    out, previous = {}, last_old
-    for key, _, _, _ in HANDOVER:
-        if key in ends:
-            out[key] = max(0.0, ends[key] - previous)
-            previous = max(previous, ends[key])
-    return out
+    return _seconds(last_old, ends, [key for key, _, _, _ in HANDOVER])
 
 
 def handover_table(runs: list[dict[str, float]]) -> str:
     """A markdown table of the handover phases (medians over the runs)."""
-    rows = ["| phase (seconds, medians) | warm-standby upgrade |", "| --- | ---: |"]
-    for key, label, _, _ in HANDOVER:
-        values = [r[key] for r in runs if key in r]
-        rows.append(f"| {label} | {statistics.median(values):.1f} |" if values else f"| {label} | - |")
-    total = f"{statistics.median([sum(r.values()) for r in runs]):.1f}" if runs else "-"
-    return "\n".join(rows) + f"\n| **last commit of the old driver -> first of the standby** | {total} |\n"
+    return table({"warm-standby upgrade": runs}, [(key, label) for key, label, _, _ in HANDOVER],
+                 "last commit of the old driver -> first of the standby")
 
 
-def table(columns: dict[str, list[dict[str, float]]]) -> str:
-    """A markdown table: one row per phase, one column per kind of start (medians over its rounds)."""
+def table(columns: dict[str, list[dict[str, float]]], phases: list[tuple[str, str]] | None = None,
+          total: str = "pod created -> first new batch") -> str:
+    """A markdown table: one row per phase (PHASES unless given), one column per kind of start (medians over its rounds)."""
     head = "| phase (seconds, medians) | " + " | ".join(columns) + " |\n| --- |" + " ---: |" * len(columns) + "\n"
     rows = []
-    for key, label, _ in PHASES:
+    for key, label in phases or [(key, label) for key, label, _ in PHASES]:
         cells = []
         for runs in columns.values():
             values = [r[key] for r in runs if key in r]
             cells.append(f"{statistics.median(values):.1f}" if values else "-")
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
     totals = [f"{statistics.median([sum(r.values()) for r in runs]):.1f}" if runs else "-" for runs in columns.values()]
-    return head + "\n".join(rows) + "\n| **pod created -> first new batch** | " + " | ".join(totals) + " |\n"
+    return head + "\n".join(rows) + f"\n| **{total}** | " + " | ".join(totals) + " |\n"

@@ -215,11 +215,17 @@ def generate(directory: Path, *, node_name: str, extra_sans: tuple[str, ...] = (
     )
 
 
+def _load_ca(ca: CertPair) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
+    """The run's CA, read back from its files."""
+    cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
+    key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
+    assert isinstance(key, rsa.RSAPrivateKey)
+    return cert, key
+
+
 def client_cert(directory: Path, ca: CertPair, stem: str, common_name: str, organizations: tuple[str, ...] = ()) -> CertPair:
     """A client cert signed by the run's CA (read back from ``ca``), for one more component's user."""
-    ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
-    ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
-    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    ca_cert, ca_key = _load_ca(ca)
     key = _new_key()
     cert = _issue(subject=_name(common_name, organizations), key=key, ca_cert=ca_cert, ca_key=ca_key, server=False)
     pair = CertPair(directory / f"{stem}.crt", directory / f"{stem}.key")
@@ -231,9 +237,7 @@ def client_cert(directory: Path, ca: CertPair, stem: str, common_name: str, orga
 def server_keystore(directory: Path, ca: CertPair, stem: str, sans: tuple[str, ...], password: str) -> Path:
     """A PKCS#12 keystore (key, serving cert for `sans`, the CA) signed by the run's CA, for a Java server
     (the Kafka broker's TLS listener). Encrypted with PBE-SHA1-3DES, which every Java reads."""
-    ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
-    ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
-    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    ca_cert, ca_key = _load_ca(ca)
     key = _new_key()
     cert = _issue(subject=_name(sans[0]), key=key, ca_cert=ca_cert, ca_key=ca_key, server=True, sans=sans)
     encryption = (serialization.PrivateFormat.PKCS12.encryption_builder()

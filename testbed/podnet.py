@@ -120,14 +120,16 @@ def publish(api: Any, *, s3_port: int, kafka_pods_port: int | None = None) -> No
     from kubernetes.client.rest import ApiException
 
     core, discovery = client.CoreV1Api(api), client.DiscoveryV1Api(api)
-    services = [s3_service(s3_port)] + ([kafka_service(kafka_pods_port)] if kafka_pods_port is not None else [])
-    creates = [lambda: core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})]
-    for service, slice_ in services:
-        creates += [lambda service=service: core.create_namespaced_service(NAMESPACE, service),
-                    lambda slice_=slice_: discovery.create_namespaced_endpoint_slice(NAMESPACE, slice_)]
-    for create in creates:
+
+    def create(call: Callable[..., Any], *args: Any) -> None:
         try:
-            create()
+            call(*args)
         except ApiException as exc:
-            if exc.status != 409:
+            if exc.status != 409:  # already there: a second publish is harmless
                 raise
+
+    create(core.create_namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    services = [s3_service(s3_port)] + ([kafka_service(kafka_pods_port)] if kafka_pods_port is not None else [])
+    for service, slice_ in services:
+        create(core.create_namespaced_service, NAMESPACE, service)
+        create(discovery.create_namespaced_endpoint_slice, NAMESPACE, slice_)

@@ -148,9 +148,8 @@ def executor_template(template: Manifest, pull_secrets: list[Manifest] | None,
     """
     spec = copy.deepcopy(template.get("spec") or {})
     main, sidecars = _split(spec)
-    executor = {**main, "name": EXECUTOR_CONTAINER}
-    if mounts:
-        executor["volumeMounts"] = [*copy.deepcopy(mounts), *(main.get("volumeMounts") or [])]
+    # the driver's merge rule (main_container): the template's container with the operator's mounts ahead of its own
+    executor = {"name": EXECUTOR_CONTAINER, **main_container(main, {"volumeMounts": mounts or []})}
     if volumes:
         spec["volumes"] = [*copy.deepcopy(volumes), *(spec.get("volumes") or [])]
     spec["containers"] = [executor, *sidecars]

@@ -53,6 +53,7 @@ import pytest
 from kubernetes import client
 
 from testbed import TestBed, imagestore, locate
+from testbed.kafka import KafkaBroker
 from testbed.node import NAMESPACE as CONTAINERD_NAMESPACE
 from testbed.waiting import wait_for
 
@@ -317,7 +318,7 @@ def make_room(api: client.ApiClient) -> None:
 WINDOW_EVENTS = {"ann": 3, "bob": 2}
 
 
-def seed_topics(broker: Any) -> int:
+def seed_topics(broker: KafkaBroker) -> int:
     """Creates the page's topics and writes the events; returns the counted minute's start (epoch ms)."""
     from confluent_kafka import Producer
 
@@ -335,7 +336,7 @@ def seed_topics(broker: Any) -> int:
     return minute
 
 
-def read_windows(broker: Any, expected: int, timeout: float = 300) -> list[tuple[str, dict[str, Any]]]:
+def read_windows(broker: KafkaBroker, expected: int, timeout: float = 300) -> list[tuple[str, dict[str, Any]]]:
     """The page's job's output, as a consumer of the page reads it (read_committed): (key, value) records."""
     from confluent_kafka import Consumer
 
@@ -344,17 +345,14 @@ def read_windows(broker: Any, expected: int, timeout: float = 300) -> list[tuple
     records: list[tuple[str, dict[str, Any]]] = []
     try:
         consumer.subscribe(["windows"])
-        deadline = time.monotonic() + timeout
-        while len(records) < expected and time.monotonic() < deadline:
-            message = consumer.poll(1)
-            if message is not None and message.error() is None:
-                records.append((message.key().decode(), json.loads(message.value())))
-        # a little longer: a duplicate would show up here
-        end = time.monotonic() + 15
+        end = time.monotonic() + timeout
+        settling = False
         while time.monotonic() < end:
             message = consumer.poll(1)
             if message is not None and message.error() is None:
                 records.append((message.key().decode(), json.loads(message.value())))
+            if not settling and len(records) >= expected:
+                settling, end = True, time.monotonic() + 15  # a little longer: a duplicate would show up here
     finally:
         consumer.close()
     return records
