@@ -86,9 +86,10 @@ def main() -> int:
 
 
 @contextmanager
-def bench_operator() -> Iterator[tuple[TestBed, client.CoreV1Api, client.CustomObjectsApi, Any]]:
-    """A test bed with the CRDs, namespace NS with the S3 Secret "s3", and the operator running from this checkout."""
-    with TestBed() as bed:
+def bench_operator(**bed_options: Any) -> Iterator[tuple[TestBed, client.CoreV1Api, client.CustomObjectsApi, Any]]:
+    """A test bed (``TestBed(**bed_options)``) with the CRDs, namespace NS with the S3 Secret "s3", and the operator
+    running from this checkout."""
+    with TestBed(**bed_options) as bed:
         assert bed.s3 is not None
         api = bed.api_client()
         core, custom, ext = client.CoreV1Api(api), client.CustomObjectsApi(api), client.ApiextensionsV1Api(api)

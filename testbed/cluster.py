@@ -32,6 +32,7 @@ from testbed import locate, pki, podnet, rbac, spark
 from testbed.kafka import KafkaBroker, PodListener, start_kafka
 from testbed.control_plane import start_apiserver, start_controller_manager, start_etcd
 from testbed.node import BRIDGE_IP, NodeError, RealNode
+from testbed.secondnode import SecondNode
 from testbed.proc import ComponentError, ManagedProcess, tail
 from testbed.s3 import S3Credentials, start_s3
 from testbed.s3 import client as s3_client
@@ -66,11 +67,17 @@ class TestBed:
         kafka_port: int | None = None,
         kafka_topics: tuple[str, ...] = (),
         node: str = "process",
+        nodes: int = 1,
     ) -> None:
         if node not in NODE_KINDS:
             raise ValueError(f"node must be one of {NODE_KINDS}, not {node!r}")
+        if nodes not in (1, 2) or (nodes == 2 and node != "real"):
+            raise ValueError(f"nodes must be 1, or 2 with node='real' (a second real node, testbed.secondnode), not {nodes}")
         self.node_kind = node
         self.node: RealNode | None = None
+        # the second real node (nodes=2): named f"{node_name}-2", started once the first is Ready
+        self.second_node: SecondNode | None = None
+        self.nodes = nodes
         self.s3_port = s3_port
         self.with_kafka = kafka
         self.kafka_port = kafka_port
@@ -201,11 +208,27 @@ class TestBed:
                                kafka_pods_port=int(self.kafka.pod_bootstrap.rsplit(":", 1)[1])
                                if self.kafka and self.kafka.pod_bootstrap else None)
             log.info("Real node ready timings=%s", {k: round(v, 1) for k, v in self.node.timings.items()})
+            if self.nodes == 2:
+                self._start_second_node(certs, kcm)
         else:
             kubelet = self._start_kubelet(kubelet_config, certs)
             self._processes.append(kubelet)
             self._wait_cluster_ready(kubelet, kcm, deadline)
         self._write_info()
+
+    def _start_second_node(self, certs: pki.Pki, kcm: ManagedProcess) -> None:
+        assert self.node is not None
+        started = time.monotonic()
+        self.second_node = SecondNode(self.node, f"{self.node_name}-2")
+        self.second_node.claim()
+        # its first image imports (its own store) take minutes, once per machine
+        deadline = time.monotonic() + 900
+        self.second_node.start(api_url=self.api_url, certs=certs, pki_dir=self.run_dir / "pki",
+                               admin_kubeconfig=self.kubeconfig, deadline=deadline)
+        assert self.second_node.kubelet is not None
+        self._wait_cluster_ready(self.second_node.kubelet, kcm, deadline, self.second_node.node_name)
+        self.second_node.timings["ready"] = time.monotonic() - started
+        log.info("Second node ready timings=%s", {k: round(v, 1) for k, v in self.second_node.timings.items()})
 
     def _start_kubelet(self, kubelet_config: Path, certs: pki.Pki) -> ManagedProcess:
         # The package is put on the path through a folder holding only it: the
@@ -235,15 +258,17 @@ class TestBed:
         self.kubelet_dir.mkdir(parents=True, exist_ok=True)
         return ManagedProcess("kubelet", argv, self.log_dir / "kubelet.log", env=env, cwd=self.kubelet_dir)
 
-    def _wait_cluster_ready(self, kubelet: ManagedProcess, kcm: ManagedProcess, deadline: float) -> None:
+    def _wait_cluster_ready(self, kubelet: ManagedProcess, kcm: ManagedProcess, deadline: float,
+                            node_name: str | None = None) -> None:
+        name = node_name or self.node_name
         with self.api_client() as api:
             core = client.CoreV1Api(api)
 
             def node_ready() -> bool:
-                node = core.read_node(self.node_name)
+                node = core.read_node(name)
                 return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
-            kubelet.wait_ready(node_ready, max(5.0, deadline - time.monotonic()), f"registered as a Ready node {self.node_name}")
+            kubelet.wait_ready(node_ready, max(5.0, deadline - time.monotonic()), f"registered as a Ready node {name}")
 
             def default_service_account() -> bool:
                 core.read_namespaced_service_account("default", "default")
@@ -277,12 +302,18 @@ class TestBed:
             "node_name": self.node_name,
             "node": self.node_kind,
             "pids": {p.name: p.pid for p in self._processes + (self.node.processes if self.node else [])},
+            "second_node": self.second_node.node_name if self.second_node else None,
         }
 
     def stop(self, keep: bool = False) -> None:
         """Stops every component, the kubelet (and so every pod) first; removes the run dir unless ``keep``.
 
         A real node is stopped first and swept: its pods, mounts, bridge, chains and cgroups go."""
+        if self.second_node is not None:
+            try:
+                self.second_node.stop()
+            except Exception as exc:  # the first node's sweep removes what is left of it
+                log.warning("Failed to stop the second node error=%s", exc)
         if self.node is not None:
             try:
                 self.node.stop()

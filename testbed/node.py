@@ -53,6 +53,7 @@ NODE_HOME = Path(os.environ.get("STREAMJOB_NODE_DIR") or "/var/lib/streamjob-tes
 LOCK_FILE = Path(os.environ.get("STREAMJOB_NODE_LOCK") or "/run/lock/streamjob-testbed-node.lock")
 BRIDGE, POD_SUBNET, BRIDGE_IP = podnet.BRIDGE, podnet.POD_SUBNET, podnet.BRIDGE_IP
 NAMESPACE = "k8s.io"  # containerd's namespace for the CRI
+SECOND_CONTAINERD = "containerd-2"  # the second node's image store, beside the first's (testbed.secondnode)
 
 
 class NodeBusyError(NodeError):
@@ -69,6 +70,9 @@ class RealNode:
         self.lock_file = lock_file
         self.facts = hostfacts.detect()
         self.containerd_root = locate.cache_root() / "node" / "containerd"
+        self.ip_range = podnet.NODE_IP_RANGES[0]
+        self.cgroup_root = f"/{CGROUP_PARENT}"
+        self.log_prefix = ""  # a second node's daemons log to <log_dir>/<node>-<daemon>.log
         self.containerd_state = home / "containerd"
         self.socket = home / "containerd.sock"
         self.kubelet_root = home / "kubelet"
@@ -131,7 +135,8 @@ class RealNode:
     def sweep(self) -> list[str]:
         """Removes every trace of a real node on this machine (``testbed.nodehost.sweep``); safe to call
         at any time while holding the lock. Returns what it found (empty on a clean machine)."""
-        return nodehost.sweep(home=self.home, containerd_root=self.containerd_root, state_file=self.state_file,
+        roots = (self.containerd_root, self.containerd_root.with_name(SECOND_CONTAINERD))  # testbed.secondnode's too
+        return nodehost.sweep(home=self.home, containerd_roots=roots, state_file=self.state_file,
                               pod_logs_dir=self.pod_logs_dir)
 
     # --- start ------------------------------------------------------------------------
@@ -204,7 +209,7 @@ class RealNode:
         return str(self._bins / name)
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> ManagedProcess:
-        proc = ManagedProcess(name, argv, self.log_dir / f"{name}.log", env=env, cwd=self.home)
+        proc = ManagedProcess(name, argv, self.log_dir / f"{self.log_prefix}{name}.log", env=env, cwd=self.home)
         self.processes.append(proc)
         return proc
 
@@ -225,7 +230,7 @@ class RealNode:
             pause_image=nodeimages.pause_image(), runc=shutil.which("runc") or "/usr/sbin/runc",
             runc_root=self.runc_root, cni_bin_dir=self._bins / "cni", cni_conf_dir=self.cni_conf_dir,
         ))
-        cni = nodeconfig.cni_config(data_dir=self.cni_data_dir)
+        cni = nodeconfig.cni_config(data_dir=self.cni_data_dir, ip_range=self.ip_range)
         (self.cni_conf_dir / f"10-{CNI_NETWORK}.conflist").write_text(json.dumps(cni, indent=2))
         env = dict(os.environ)
         env["PATH"] = f"{self._bins}:{env.get('PATH', '')}"  # the shim is found beside containerd
@@ -325,7 +330,7 @@ class RealNode:
         resolv = self.config_dir / "resolv.conf"
         resolv.write_text(nodeconfig.resolv_conf())
         config = nodeconfig.kubelet_config(
-            self.facts, certs, port=port, healthz_port=healthz_port, socket=self.socket, cgroup_root=f"/{CGROUP_PARENT}",
+            self.facts, certs, port=port, healthz_port=healthz_port, socket=self.socket, cgroup_root=self.cgroup_root,
             resolv_file=resolv, pod_logs_dir=self.pod_logs_dir, oom_score_adj=self._oom_score_adj(),
         )
         path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -14,6 +14,7 @@ from typing import Any
 
 from testbed.hostfacts import HostFacts
 from testbed.pki import Pki
+from testbed import podnet
 from testbed.podnet import BRIDGE, BRIDGE_IP, POD_SUBNET
 
 CNI_NETWORK = "streamjob-pods"
@@ -79,8 +80,9 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.tracing.processor
 """
 
 
-def cni_config(*, data_dir: Path) -> dict[str, Any]:
-    """The CNI conflist: pods on the bridge in the pod range (host-local IPs in ``data_dir``), no masquerade, portmap."""
+def cni_config(*, data_dir: Path, ip_range: tuple[str, str] = podnet.NODE_IP_RANGES[0]) -> dict[str, Any]:
+    """The CNI conflist: pods on the bridge, their addresses from ``ip_range`` (first, last) of the pod range
+    (host-local IPs in ``data_dir``; each node of the test bed has its own part of the range), no masquerade, portmap."""
     return {
         "cniVersion": "1.0.0",
         "name": CNI_NETWORK,
@@ -93,7 +95,7 @@ def cni_config(*, data_dir: Path) -> dict[str, Any]:
                 "hairpinMode": True,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": POD_SUBNET, "gateway": BRIDGE_IP}]],
+                    "ranges": [[{"subnet": POD_SUBNET, "rangeStart": ip_range[0], "rangeEnd": ip_range[1], "gateway": BRIDGE_IP}]],
                     "routes": [{"dst": "0.0.0.0/0"}],
                     "dataDir": str(data_dir),
                 },

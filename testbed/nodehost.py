@@ -107,11 +107,11 @@ def _cgroup_tops(facts: hostfacts.HostFacts) -> list[Path]:
     return [Path(p) / CGROUP_PARENT for p in sorted(set(facts.cgroup_v1_hierarchies.values()))]
 
 
-def sweep(*, home: Path, containerd_root: Path, state_file: Path, pod_logs_dir: Path) -> list[str]:
-    """Removes every trace of a real node on this machine; safe to call at any time while
-    holding the lock. Returns what it found (empty on a clean machine)."""
+def sweep(*, home: Path, containerd_roots: tuple[Path, ...], state_file: Path, pod_logs_dir: Path) -> list[str]:
+    """Removes every trace of a real node (and of a second node, whose home is below ``home``) on this
+    machine; safe to call at any time while holding the lock. Returns what it found (empty on a clean machine)."""
     found: list[str] = []
-    roots = [str(home), str(containerd_root)]
+    roots = [str(home), *map(str, containerd_roots)]
     # 1. the node's daemons and containerd's shims (their argv names our paths)
     for _attempt in range(20):
         ours = [pid for pid in hostops.all_pids() if pid != os.getpid() and hostops.argv_mentions(pid, roots)]
@@ -132,13 +132,13 @@ def sweep(*, home: Path, containerd_root: Path, state_file: Path, pod_logs_dir: 
     # 3. mounts: container root filesystems, /dev/shm of sandboxes, network namespaces,
     #    the kubelet's volumes and its own bind mount
     for _attempt in range(5):
-        points = hostops.mounts_under(home, containerd_root)
+        points = hostops.mounts_under(home, *containerd_roots)
         if not points:
             break
         found.append(f"{len(points)} mounts")
         for point in points:
             hostops.umount(point)
-    left = hostops.mounts_under(home, containerd_root)
+    left = hostops.mounts_under(home, *containerd_roots)
     if left:
         raise NodeError(f"could not unmount {left[:5]}: not removing {home} (it could delete through a mount)")
     # 4. cgroups

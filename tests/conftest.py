@@ -126,10 +126,12 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def real_bed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[TestBed]:
     """A test bed on the real node (testbed.node), one per module: one real node runs on a machine at a time.
 
-    A module that sets ``REAL_BED_KAFKA = True`` gets the Kafka broker too, reachable from pods (testbed.kafka)."""
+    A module that sets ``REAL_BED_KAFKA = True`` gets the Kafka broker too, reachable from pods (testbed.kafka);
+    one that sets ``REAL_BED_NODES = 2`` a second real node (testbed.secondnode)."""
     # no skip: a machine where this cannot run is a failure to see, not a pass
     assert os.geteuid() == 0, "the real node needs root (it creates a bridge, iptables chains, mounts and cgroups)"
-    bed = TestBed(tmp_path_factory.mktemp("real-node"), node="real", kafka=getattr(request.module, "REAL_BED_KAFKA", False))
+    bed = TestBed(tmp_path_factory.mktemp("real-node"), node="real", kafka=getattr(request.module, "REAL_BED_KAFKA", False),
+                  nodes=getattr(request.module, "REAL_BED_NODES", 1))
     started = time.monotonic()
     bed.start()
     print(f"real node test bed started in {time.monotonic() - started:.1f}s; node timings {bed.node.timings if bed.node else {}}")

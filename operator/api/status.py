@@ -190,6 +190,12 @@ class Operation(Model):
         description="The warm standby of the target spec (spec.standby): started before the old driver is stopped, "
         "released with the savepoint once it is; deleted when the operation ends without releasing it.",
     )
+    avoid_node: str | None = Field(
+        default=None, alias="avoidNode",
+        description="A restart after the driver stopped answering (driverUnreachableSeconds): the node it ran on, "
+        "which the next driver pod avoids if another node can take it (a preferred node affinity). That node may "
+        "still be Ready for the node controller's grace period while it is lost.",
+    )
     target_spec: str | None = Field(
         default=None, alias="targetSpec",
         description="JSON of the spec this operation rolls out, as it was checked when the operation started; "

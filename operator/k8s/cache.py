@@ -49,8 +49,12 @@ def slim(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def slim_pod(body: dict[str, Any]) -> dict[str, Any]:
-    """A driver pod as the cache keeps it: kind, metadata (no managedFields) and status; no spec."""
+    """A driver pod as the cache keeps it: kind, metadata (no managedFields) and status; of the spec only
+    the node it is on (a lost driver's replacement avoids that node)."""
     kept: dict[str, Any] = {k: body[k] for k in ("apiVersion", "kind", "metadata", "status") if k in body}
+    node = (body.get("spec") or {}).get("nodeName")
+    if node:
+        kept["spec"] = {"nodeName": node}
     return slim(kept)
 
 

@@ -367,7 +367,18 @@ def driver_pod(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: 
     pod = pods.driver_pod(template, own, _pull_secrets(spec))
     pod["spec"]["tolerations"] = node_loss_tolerations(pod["spec"].get("tolerations") or [],
                                                        spec.restart_policy.driver_unreachable_seconds)
+    if action.avoid_node:
+        avoid_node(pod["spec"], action.avoid_node)
     return pod
+
+
+def avoid_node(pod_spec: Manifest, node: str) -> None:
+    """A preferred node affinity away from ``node`` (where the last driver stopped answering), added to the
+    template's own: the scheduler takes any other node that fits first, and this one when none does
+    (a one-node cluster). The node may be Ready still: the node controller marks it after its grace period."""
+    affinity = pod_spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
+        {"weight": 100, "preference": {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": [node]}]}})
 
 
 NODE_LOSS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")

@@ -40,6 +40,7 @@ class DriverPod:
     savepoint_path: str | None = None  # the savepoint the runtime reported in its termination message
     savepoint_batch: int | None = None
     evicted_from_lost_node: bool = False  # the node controller's taint eviction (DisruptionTarget: DeletionByTaintManager)
+    node: str | None = None  # spec.nodeName: where it was scheduled
 
     @property
     def terminated(self) -> bool:
@@ -144,6 +145,7 @@ class CreateDriver:
     expect_committed: int | None = None  # --expect-committed: the batch a resumed checkpoint must hold
     standby: bool = False  # --standby: waits for ReleaseStandby before it touches the checkpoint
     keep_epoch: int | None = None  # a standby's: the running driver's epoch, whose ConfigMap stays
+    avoid_node: str | None = None  # a node the pod should not be scheduled on if another can take it (a lost one)
 
 
 @dataclass(frozen=True)

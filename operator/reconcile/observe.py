@@ -127,6 +127,7 @@ def driver_pod(pod: dict[str, Any]) -> DriverPod:
         savepoint_batch=savepoint[1],
         evicted_from_lost_node=any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
                                    and c.get("reason") == "DeletionByTaintManager" for c in status.get("conditions") or []),
+        node=(pod.get("spec") or {}).get("nodeName"),
     )
 
 

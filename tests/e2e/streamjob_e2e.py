@@ -43,7 +43,19 @@ START_TIMEOUT = 420.0  # a Spark driver start on a loaded 2-core machine
 
 @pytest.fixture(scope="session")
 def crd(kube_api: client.ApiClient) -> None:
-    ext = client.ApiextensionsV1Api(kube_api)
+    install_crds(kube_api)
+
+
+@pytest.fixture(scope="module")
+def real_api(real_bed: TestBed) -> Iterator[client.ApiClient]:
+    """An API client of the module's real-node test bed (tests/conftest.py ``real_bed``), the CRDs installed."""
+    with real_bed.api_client() as api_client:
+        install_crds(api_client)
+        yield api_client
+
+
+def install_crds(api: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(api)
     for path in sorted((REPO / "crds").glob("*.yaml")):
         body = yaml.safe_load(path.read_text())
         try:

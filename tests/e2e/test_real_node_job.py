@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from testbed import TestBed, imagestore
 from testbed.waiting import wait_for
 
-from streamjob_e2e import REPO, Jobs, Operator, _established
+from streamjob_e2e import REPO, Jobs, Operator
 
 IMAGE = imagestore.runtime_image()
 
@@ -31,20 +29,6 @@ IMAGE = imagestore.runtime_image()
 @pytest.fixture(scope="module", autouse=True)
 def image_built() -> None:
     assert imagestore.inspect(IMAGE) is not None, f"{IMAGE} was not built: bash scripts/build-images.sh"
-
-
-@pytest.fixture(scope="module")
-def api(real_bed: TestBed) -> Iterator[client.ApiClient]:
-    with real_bed.api_client() as api_client:
-        ext = client.ApiextensionsV1Api(api_client)
-        for path in sorted((REPO / "crds").glob("*.yaml")):
-            try:
-                ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
-            except ApiException as err:
-                if err.status != 409:
-                    raise
-        wait_for(lambda: _established(ext), 30, "the StreamJob CRD to be established")
-        yield api_client
 
 
 def minimal_job(name: str, bed: TestBed, prefix: str) -> dict[str, Any]:
@@ -72,10 +56,10 @@ def batch_id(st: dict[str, Any]) -> int:
 
 
 def test_a_streamjob_runs_in_a_real_container_checkpoints_to_s3_and_restarts_from_it_after_a_kill(
-    real_bed: TestBed, api: client.ApiClient, tmp_path: Path,
+    real_bed: TestBed, real_api: client.ApiClient, tmp_path: Path,
 ) -> None:
     assert real_bed.node is not None and real_bed.s3 is not None
-    core = client.CoreV1Api(api)
+    core = client.CoreV1Api(real_api)
     namespace = f"real-job-{uuid.uuid4().hex[:5]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     wait_for(lambda: core.read_namespaced_service_account("default", namespace), 30, f"default ServiceAccount in {namespace}")
@@ -85,7 +69,7 @@ def test_a_streamjob_runs_in_a_real_container_checkpoints_to_s3_and_restarts_fro
     ))
     operator = Operator(real_bed, tmp_path / "operator.log", lease=f"streamjob-real-{uuid.uuid4().hex[:6]}")
     operator.start()
-    jobs = Jobs(api, namespace)
+    jobs = Jobs(real_api, namespace)
     prefix = f"real/{namespace}"
     try:
         applied = time.monotonic()

@@ -43,8 +43,15 @@ CASES = [
     pytest.param(
         BASE, answered(31), obs(pod(), job=silent_for(21)),
         Expect(state=LifecycleState.restarting, op=("restart", "Stopping"), events=["DriverUnreachable"],
-               actions=[DeleteDriver("wc-driver-1", grace_seconds=0)], status={"restart_count": 1}),
+               actions=[DeleteDriver("wc-driver-1", grace_seconds=0)], status={"restart_count": 1},
+               status_op={"avoid_node": None}),
         id="a ready driver silent for longer than driverUnreachableSeconds is deleted with grace 0 and replaced",
+    ),
+    pytest.param(
+        BASE, answered(31), obs(pod(node="node-a"), job=silent_for(21)),
+        Expect(state=LifecycleState.restarting, op=("restart", "Stopping"), events=["DriverUnreachable"],
+               actions=[DeleteDriver("wc-driver-1", grace_seconds=0)], status_op={"avoid_node": "node-a"}),
+        id="the restart records the node the silent driver was on: its replacement avoids it",
     ),
     pytest.param(
         BASE, answered(12), obs(pod(), job=silent_for(2)),
@@ -117,3 +124,24 @@ def test_the_default_is_half_a_minute_and_the_crd_says_so() -> None:
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     field = schema["restartPolicy"]["properties"]["driverUnreachableSeconds"]
     assert (field["default"], field["minimum"], field["maximum"]) == (30, 0, 3600)
+
+
+def test_the_replacement_of_a_silent_driver_is_created_avoiding_its_node_and_the_next_restart_forgets_it() -> None:
+    from streamjob_operator.reconcile.model import CreateDriver
+
+    lost = decide(BASE, answered(31), obs(pod(node="node-a"), job=silent_for(21)), NOW)
+    assert lost.status.operation is not None and lost.status.operation.avoid_node == "node-a"
+    # the old pod is gone: passes follow (Stopping, the restart delay) until the next driver is created, avoiding node-a
+    status, now, created = lost.status, NOW, []
+    for _ in range(10):
+        now += timedelta(seconds=60)
+        step = decide(BASE, status, obs(job=None), now)
+        status, created = step.status, [a for a in step.actions if isinstance(a, CreateDriver)]
+        if created:
+            break
+    assert [c.avoid_node for c in created] == ["node-a"], status
+    # a restart for another reason (the driver exited) avoids no node
+    from test_decide import failed
+
+    exited = decide(BASE, running(), obs(failed()), NOW)
+    assert exited.status.operation is not None and exited.status.operation.avoid_node is None

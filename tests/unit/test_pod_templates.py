@@ -173,3 +173,15 @@ def test_a_driver_leaves_a_lost_node_after_driver_unreachable_seconds_unless_the
     assert tolerations == [own, NODE_LOSS_30[0]]  # the template's toleration of a taint wins
     every = {"operator": "Exists"}  # tolerates every taint, for ever: Kubernetes would take our shorter time
     assert driver(spec(podTemplate={"spec": {"tolerations": [every]}}))["spec"]["tolerations"] == [every]
+
+
+def test_the_replacement_of_a_lost_driver_prefers_any_other_node_keeping_the_templates_affinity() -> None:
+    text = spec_json(s := spec(podTemplate={"spec": {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["stream"]}]}]}}}}}))
+    action = CreateDriver("wc-driver-2", 2, text, "s3a://b/ck/run-1", None, hash_text(text), avoid_node="node-a")
+    affinity = resources.driver_pod(OWNER, s, action, RuntimeLayout())["spec"]["affinity"]["nodeAffinity"]
+    assert affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [
+        {"weight": 100, "preference": {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-a"]}]}}]
+    assert affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "pool"
+    assert "affinity" not in driver(spec())["spec"]  # no lost node, no affinity of ours

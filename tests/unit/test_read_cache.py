@@ -105,7 +105,7 @@ def test_bodies_are_kept_without_managed_fields_and_the_callers_bodies_are_not_c
 
 
 def test_a_cached_driver_pod_reads_as_the_pod_it_came_from() -> None:
-    """Only metadata and status are kept of a pod: observe.driver_pod, the reader, gets the same answer."""
+    """Only metadata, status and the node are kept of a pod: observe.driver_pod, the reader, gets the same answer."""
     terminated = {"exitCode": 137, "reason": "Error", "message": "last output: batch 7 committed"}
     full = {
         "apiVersion": "v1", "kind": "Pod",
@@ -117,6 +117,7 @@ def test_a_cached_driver_pod_reads_as_the_pod_it_came_from() -> None:
                    "containerStatuses": [{"name": "driver", "state": {"terminated": terminated}}]},
     }
     kept = slim_pod(full)
-    assert set(kept) == {"apiVersion", "kind", "metadata", "status"} and "managedFields" not in kept["metadata"]
+    assert set(kept) == {"apiVersion", "kind", "metadata", "spec", "status"} and "managedFields" not in kept["metadata"]
+    assert kept["spec"] == {"nodeName": "node-1"}
     assert driver_pod(kept) == driver_pod(full)
-    assert driver_pod(kept).evicted_from_lost_node and driver_pod(kept).epoch == 3
+    assert driver_pod(kept).evicted_from_lost_node and driver_pod(kept).epoch == 3 and driver_pod(kept).node == "node-1"

@@ -67,13 +67,17 @@ def driver_unreachable(p: Pass, pod: DriverPod) -> bool:
         p.again(min(5.0, limit - silent))
         return False
     p.actions.append(DeleteDriver(pod.name, grace_seconds=0))
+    # its node may still be Ready (the node controller's grace period is longer): the replacement avoids it
     count_failure(p, pod.name, f"has not answered its control endpoint for {silent:.0f}s (spec.restartPolicy."
-                  f"driverUnreachableSeconds={limit}; its node is probably lost or cut off): deleted it with grace 0",
-                  error=f"driver unreachable for {silent:.0f}s", reason="DriverUnreachable", why="driver unreachable")
+                  f"driverUnreachableSeconds={limit}; its node{f' {pod.node}' if pod.node else ''} is probably lost "
+                  "or cut off): deleted it with grace 0",
+                  error=f"driver unreachable for {silent:.0f}s", reason="DriverUnreachable", why="driver unreachable",
+                  avoid_node=pod.node)
     return True
 
 
-def count_failure(p: Pass, pod: str, what: str, error: str | None = None, reason: str = "DriverFailed", why: str | None = None) -> None:
+def count_failure(p: Pass, pod: str, what: str, error: str | None = None, reason: str = "DriverFailed", why: str | None = None,
+                  avoid_node: str | None = None) -> None:
     """A failure the restart policy counts: restart after its delay, or fail when it is used up."""
     times = [t for t in (parse_time(x) for x in p.st.failure_times) if t is not None] + [p.now]
     times = times[-MAX_FAILURE_TIMES:]
@@ -92,7 +96,7 @@ def count_failure(p: Pass, pod: str, what: str, error: str | None = None, reason
     p.emit("Warning", reason,
            f"Driver {pod} {what}; restart {p.st.restart_count} in {delay:g}s "
            f"from the latest checkpoint{f' (batch {batch})' if batch is not None else ''}")
-    start_restart(p, why or clip(f"driver {what}", 200), counted=True)
+    start_restart(p, why or clip(f"driver {what}", 200), counted=True, avoid_node=avoid_node)
 
 
 def fail(p: Pass, reason: str, message: str) -> None:
@@ -101,10 +105,10 @@ def fail(p: Pass, reason: str, message: str) -> None:
     p.emit("Warning", reason, message)
 
 
-def start_restart(p: Pass, why: str, counted: bool = False) -> None:
+def start_restart(p: Pass, why: str, counted: bool = False, avoid_node: str | None = None) -> None:
     p.update(
         operation=Operation(kind=OpKind.restart, phase=Phase.stopping, restore_mode=UpgradeMode.last_state,
-                            started_at=p.t(), message=clip(why)),
+                            started_at=p.t(), message=clip(why), avoid_node=avoid_node),
         state=LifecycleState.restarting,
         last_restart_nonce=p.spec.restart_nonce,
     )

@@ -116,6 +116,7 @@ def create_driver(p: Pass) -> CreateDriver:
         restore_from=st.restored_from,
         spec_hash=hash_text(st.last_reconciled_spec),
         expect_committed=st.operation.expect_committed if st.operation else None,
+        avoid_node=st.operation.avoid_node if st.operation else None,
     )
 
 

@@ -1,0 +1,132 @@
+"""A second real node on the same machine, for what one node cannot show: a node lost while others serve.
+
+Called by ``testbed.cluster.TestBed`` when it is asked for ``nodes=2`` (real node only):
+``claim()`` and ``start()`` once the first node is Ready, ``stop()`` before the first
+node stops. Used by the node-loss test and benchmark
+(tests/e2e/test_real_node_loss.py, benchmarks/node_loss.py --real): a driver runs
+here, the node is made NotReady (``stop_kubelet``: its kubelet frozen, its containers
+left running, as when a node's kubelet hangs or is cut off from the API server), and
+the replacement runs on the first node.
+
+What it shares with the first node, whose lock covers it: the bridge (its pods take
+the upper half of the pod range, ``podnet.NODE_IP_RANGES[1]``), the node's address
+(its kubelet serves on another port), CoreDNS, kube-proxy and kube-scheduler (one of
+each serves the whole test bed), the cgroup parent (its pods go under
+``/streamjob-node/<name>``). Its own: containerd with its own image store
+(``<cache>/node/containerd-2``, imported once per image id like the first's), its state,
+socket and runc root, the kubelet's root, pod logs and CNI allocations, all under
+``<first node's home>/<name>``: the first node's sweep removes every trace of it (its
+processes name paths under that home, its mounts are below it, its cgroups below the
+first's).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from testbed import hostfacts, podnet
+from testbed import kubeconfig as kubeconfig_file
+from testbed import pki as pki_mod
+from testbed.hostops import NodeError
+from testbed.node import CGROUP_PARENT, SECOND_CONTAINERD, RealNode
+
+
+class SecondNode(RealNode):
+    """A second node beside ``first``: containerd and a kubelet, sharing the first node's network and daemons."""
+
+    def __init__(self, first: RealNode, node_name: str) -> None:
+        super().__init__(first.log_dir, node_name, home=first.home / node_name, lock_file=first.lock_file)
+        self.first = first
+        self.containerd_root = first.containerd_root.with_name(SECOND_CONTAINERD)
+        self.ip_range = podnet.NODE_IP_RANGES[1]
+        self.cgroup_root = f"/{CGROUP_PARENT}/{node_name}"
+        self.log_prefix = f"{node_name}-"
+        self._claimed = False
+
+    @property
+    def running(self) -> bool:
+        return self._claimed
+
+    def claim(self) -> None:
+        """The first node holds the lock and has set up the bridge: only this node's cgroup parent is made."""
+        if not self.first.running:
+            raise NodeError("the second node needs the first one claimed (its lock, bridge and chains)")
+        self._bins = self.first._bins
+        for top in self._cgroup_tops():
+            top.mkdir(parents=True, exist_ok=True)
+            for name in ("cpuset.cpus", "cpuset.mems"):  # v1 cpuset: a child starts empty
+                if (top / name).exists() and not (top / name).read_text().strip():
+                    (top / name).write_text((top.parent / name).read_text())
+            if self.facts.cgroup_version == 2:  # the controllers its kubepods child needs, as its parent has them
+                wanted = (top.parent / "cgroup.subtree_control").read_text().split()
+                (top / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
+        self._claimed = True
+
+    def _cgroup_tops(self) -> list[Path]:
+        parent = self.cgroup_root.strip("/")
+        if self.facts.cgroup_version == 2:
+            return [hostfacts.CGROUP_ROOT / parent]
+        return [Path(p) / parent for p in sorted(set(self.facts.cgroup_v1_hierarchies.values()))]
+
+    def start(self, *, api_url: str, certs: pki_mod.Pki, pki_dir: Path, admin_kubeconfig: Path, deadline: float) -> None:
+        """containerd, the images, the kubelet (with a client certificate of its own node name)."""
+        for d in (self.containerd_state, self.kubelet_root, self.pod_logs_dir, self.cni_conf_dir, self.cni_data_dir,
+                  self.runc_root, self.config_dir, self.containerd_root):
+            d.mkdir(parents=True, exist_ok=True)
+        t = time.monotonic()
+        self._start_containerd(deadline)
+        self._forget_containers()
+        self.timings["containerd"] = time.monotonic() - t
+        t = time.monotonic()
+        self.imported = self.import_images()
+        self.timings["images"] = time.monotonic() - t
+        client = pki_mod.client_cert(pki_dir, certs.ca, f"kubelet-{self.node_name}", f"system:node:{self.node_name}",
+                                     ("system:nodes",))
+        kubeconfig = kubeconfig_file.write(self.config_dir / "kubelet.kubeconfig", server=api_url, ca_file=certs.ca.cert,
+                                           client=client, user=f"system:node:{self.node_name}")
+        self.ca_file = certs.ca.cert
+        self.kubelet = self._start_kubelet(kubeconfig, certs)
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Nothing of its own to wait for beyond the Node's Ready (kube-proxy is the first node's)."""
+
+    def stop_kubelet(self) -> None:
+        """Freezes the kubelet (SIGSTOP): it neither reports the node nor stops its pods, whose containers run
+        on, so the node goes NotReady once the node controller's grace period passes. ``resume_kubelet`` undoes it."""
+        assert self.kubelet is not None
+        os.killpg(self.kubelet.pid, signal.SIGSTOP)
+
+    def resume_kubelet(self) -> None:
+        assert self.kubelet is not None
+        if self.kubelet.alive():
+            os.killpg(self.kubelet.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Stops the kubelet (thawed first) and containerd, which forgets its containers; the first node's sweep
+        removes the rest."""
+        if not self._claimed:
+            return
+        started = time.monotonic()
+        try:
+            if self.kubelet is not None and self.kubelet.alive():
+                self.resume_kubelet()
+                self.kubelet.stop(timeout=10)
+            containerd = next((p for p in self.processes if p.name == "containerd"), None)
+            if containerd is not None and containerd.alive():
+                try:
+                    for task in self._task_ids():
+                        self.ctr("tasks", "resume", task, check=False)
+                    self._forget_containers()
+                finally:
+                    containerd.stop(timeout=15)
+            self.processes.clear()
+        finally:
+            self._claimed = False
+        self.timings["stop"] = time.monotonic() - started
+
+    def _task_ids(self) -> list[str]:
+        return [line.split()[0] for line in self.ctr("tasks", "ls", check=False).stdout.splitlines()[1:] if line.strip()]
+
