@@ -143,19 +143,9 @@ class RealNode:
     def start(self, *, api_url: str, certs: pki_mod.Pki, pki_dir: Path, admin_kubeconfig: Path, deadline: float) -> None:
         """Starts containerd, imports the images, then CoreDNS, kube-scheduler, kube-proxy, kubelet."""
         assert self._bins is not None, "claim() first"
-        for d in (self.containerd_state, self.kubelet_root, self.pod_logs_dir, self.cni_conf_dir, self.cni_data_dir,
-                  self.runc_root, self.config_dir, self.containerd_root):
-            d.mkdir(parents=True, exist_ok=True)
         kubeconfigs = self._kubeconfigs(api_url, certs, pki_dir)
         self._install_rbac(admin_kubeconfig)
-
-        t = time.monotonic()
-        self._start_containerd(deadline)
-        self._forget_containers()
-        self.timings["containerd"] = time.monotonic() - t
-        t = time.monotonic()
-        self.imported = self.import_images()
-        self.timings["images"] = time.monotonic() - t
+        self._start_runtime(deadline)
 
         # a first import of the runtime image takes minutes: the daemons get their own time
         t = time.monotonic()
@@ -166,6 +156,19 @@ class RealNode:
         # kube-proxy waits for its Node (the kubelet registers it) before it serves /healthz
         self.kube_proxy = self._start_kube_proxy(kubeconfigs["proxy"])
         self.timings["daemons"] = time.monotonic() - t
+
+    def _start_runtime(self, deadline: float) -> None:
+        """The node's folders, containerd (forgetting a crashed run's containers), the images it lacks."""
+        for d in (self.containerd_state, self.kubelet_root, self.pod_logs_dir, self.cni_conf_dir, self.cni_data_dir,
+                  self.runc_root, self.config_dir, self.containerd_root):
+            d.mkdir(parents=True, exist_ok=True)
+        t = time.monotonic()
+        self._start_containerd(deadline)
+        self._forget_containers()
+        self.timings["containerd"] = time.monotonic() - t
+        t = time.monotonic()
+        self.imported = self.import_images()
+        self.timings["images"] = time.monotonic() - t
 
     def wait_ready(self, timeout: float = 60) -> None:
         """After the Node is Ready: kube-proxy has synced its rules once."""

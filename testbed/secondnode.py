@@ -73,16 +73,7 @@ class SecondNode(RealNode):
 
     def start(self, *, api_url: str, certs: pki_mod.Pki, pki_dir: Path, admin_kubeconfig: Path, deadline: float) -> None:
         """containerd, the images, the kubelet (with a client certificate of its own node name)."""
-        for d in (self.containerd_state, self.kubelet_root, self.pod_logs_dir, self.cni_conf_dir, self.cni_data_dir,
-                  self.runc_root, self.config_dir, self.containerd_root):
-            d.mkdir(parents=True, exist_ok=True)
-        t = time.monotonic()
-        self._start_containerd(deadline)
-        self._forget_containers()
-        self.timings["containerd"] = time.monotonic() - t
-        t = time.monotonic()
-        self.imported = self.import_images()
-        self.timings["images"] = time.monotonic() - t
+        self._start_runtime(deadline)
         client = pki_mod.client_cert(pki_dir, certs.ca, f"kubelet-{self.node_name}", f"system:node:{self.node_name}",
                                      ("system:nodes",))
         kubeconfig = kubeconfig_file.write(self.config_dir / "kubelet.kubeconfig", server=api_url, ca_file=certs.ca.cert,

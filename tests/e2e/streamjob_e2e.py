@@ -54,6 +54,20 @@ def real_api(real_bed: TestBed) -> Iterator[client.ApiClient]:
         yield api_client
 
 
+def real_namespace(bed: TestBed, api: client.ApiClient, stem: str) -> str:
+    """A new namespace ``<stem>-xxxxx`` on the real-node test bed, with its default ServiceAccount and the S3 Secret
+    "s3" (the test bed's keys)."""
+    assert bed.s3 is not None
+    core = client.CoreV1Api(api)
+    namespace = f"{stem}-{uuid.uuid4().hex[:5]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    wait_for(lambda: core.read_namespaced_service_account("default", namespace), 30, f"default ServiceAccount in {namespace}")
+    core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="s3"),
+        string_data={"AWS_ACCESS_KEY_ID": bed.s3.access_key, "AWS_SECRET_ACCESS_KEY": bed.s3.secret_key}))
+    return namespace
+
+
 def install_crds(api: client.ApiClient) -> None:
     ext = client.ApiextensionsV1Api(api)
     for path in sorted((REPO / "crds").glob("*.yaml")):

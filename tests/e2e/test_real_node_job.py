@@ -19,9 +19,8 @@ import yaml
 from kubernetes import client
 
 from testbed import TestBed, imagestore
-from testbed.waiting import wait_for
 
-from streamjob_e2e import REPO, Jobs, Operator
+from streamjob_e2e import REPO, Jobs, Operator, real_namespace
 
 IMAGE = imagestore.runtime_image()
 
@@ -60,13 +59,7 @@ def test_a_streamjob_runs_in_a_real_container_checkpoints_to_s3_and_restarts_fro
 ) -> None:
     assert real_bed.node is not None and real_bed.s3 is not None
     core = client.CoreV1Api(real_api)
-    namespace = f"real-job-{uuid.uuid4().hex[:5]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    wait_for(lambda: core.read_namespaced_service_account("default", namespace), 30, f"default ServiceAccount in {namespace}")
-    core.create_namespaced_secret(namespace, client.V1Secret(
-        metadata=client.V1ObjectMeta(name="s3"),
-        string_data={"AWS_ACCESS_KEY_ID": real_bed.s3.access_key, "AWS_SECRET_ACCESS_KEY": real_bed.s3.secret_key},
-    ))
+    namespace = real_namespace(real_bed, real_api, "real-job")
     operator = Operator(real_bed, tmp_path / "operator.log", lease=f"streamjob-real-{uuid.uuid4().hex[:6]}")
     operator.start()
     jobs = Jobs(real_api, namespace)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,28 +35,34 @@ from testbed import TestBed, imagestore
 from testbed.secondnode import SecondNode
 from testbed.waiting import wait_for
 
-from streamjob_e2e import Jobs, Operator, assert_exactly_once, output_values, rate_job
+from streamjob_e2e import Jobs, Operator, assert_exactly_once, output_values, rate_job, real_namespace
 
 REAL_BED_NODES = 2  # tests/conftest.py: a second real node
 
 UNREACHABLE_SECONDS = 20
 
 
+@dataclass
+class Lost:
+    """What a test of a lost node works with: its namespace (with the S3 Secret), jobs there, the second node."""
+
+    jobs: Jobs
+    core: client.CoreV1Api
+    namespace: str
+    second: SecondNode
+
+
 @pytest.fixture
-def lost(real_bed: TestBed, real_api: client.ApiClient, tmp_path: Path) -> Iterator[tuple[Jobs, client.CoreV1Api, str]]:
+def lost(real_bed: TestBed, real_api: client.ApiClient, tmp_path: Path) -> Iterator[Lost]:
     """A namespace with the S3 Secret and an operator; the second node thawed again at the end."""
-    assert real_bed.s3 is not None and real_bed.second_node is not None
+    second = real_bed.second_node
+    assert second is not None
     core = client.CoreV1Api(real_api)
-    namespace = f"lost-{uuid.uuid4().hex[:5]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    wait_for(lambda: core.read_namespaced_service_account("default", namespace), 30, f"default ServiceAccount in {namespace}")
-    core.create_namespaced_secret(namespace, client.V1Secret(
-        metadata=client.V1ObjectMeta(name="s3"),
-        string_data={"AWS_ACCESS_KEY_ID": real_bed.s3.access_key, "AWS_SECRET_ACCESS_KEY": real_bed.s3.secret_key}))
+    namespace = real_namespace(real_bed, real_api, "lost")
     operator = Operator(real_bed, tmp_path / "operator.log", lease=f"streamjob-lost-{uuid.uuid4().hex[:6]}")
     operator.start()
     try:
-        yield Jobs(real_api, namespace), core, namespace
+        yield Lost(Jobs(real_api, namespace), core, namespace, second)
     except BaseException:
         for pod in core.list_namespaced_pod(namespace).items:
             print(f"--- pod {pod.metadata.name} on {pod.spec.node_name} ({pod.status.phase})")
@@ -63,7 +70,6 @@ def lost(real_bed: TestBed, real_api: client.ApiClient, tmp_path: Path) -> Itera
     finally:
         operator.stop()
         print(f"--- operator log {operator.log_path} (tail) ---\n{operator.log()[-6000:]}")
-        second = real_bed.second_node
         second.resume_kubelet()
         for task in second._task_ids():  # a frozen driver's container thawed, so that its kubelet can end it
             second.ctr("tasks", "resume", task, check=False)
@@ -112,12 +118,8 @@ def replacement(jobs: Jobs, core: client.CoreV1Api, name: str, bed: TestBed) -> 
     return st
 
 
-def test_a_driver_whose_kubelet_hangs_is_evicted_replaced_on_the_other_node_and_fenced(
-    real_bed: TestBed, lost: tuple[Jobs, client.CoreV1Api, str],
-) -> None:
-    jobs, core, namespace = lost
-    second = real_bed.second_node
-    assert second is not None
+def test_a_driver_whose_kubelet_hangs_is_evicted_replaced_on_the_other_node_and_fenced(real_bed: TestBed, lost: Lost) -> None:
+    jobs, core, namespace, second = lost.jobs, lost.core, lost.namespace, lost.second
     prefix = f"real/{namespace}/hang"
     before, _ = start_on_second_node(real_bed, jobs, core, "hang", prefix)
 
@@ -139,12 +141,8 @@ def test_a_driver_whose_kubelet_hangs_is_evicted_replaced_on_the_other_node_and_
     assert_exactly_once(output_values(real_bed.s3_client(), prefix))
 
 
-def test_a_driver_cut_off_with_its_node_is_replaced_before_the_node_is_marked_and_not_on_it(
-    real_bed: TestBed, lost: tuple[Jobs, client.CoreV1Api, str],
-) -> None:
-    jobs, core, namespace = lost
-    second = real_bed.second_node
-    assert second is not None
+def test_a_driver_cut_off_with_its_node_is_replaced_before_the_node_is_marked_and_not_on_it(real_bed: TestBed, lost: Lost) -> None:
+    jobs, core, namespace, second = lost.jobs, lost.core, lost.namespace, lost.second
     prefix = f"real/{namespace}/cut"
     before, container = start_on_second_node(real_bed, jobs, core, "cut", prefix)
 
