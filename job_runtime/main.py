@@ -189,7 +189,7 @@ def _invalid(message: str, termination_file: Path | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     from job_runtime.run.control import ControlServer
     from job_runtime.run.runner import Runner
-    from streamjob_contract.s3 import S3Config
+    from job_runtime.s3client import SharedS3Config
     from job_runtime.query.session import engine_conf
 
     try:
@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as err:
         return _invalid(str(err), args.termination_message_file)
 
-    s3_config = S3Config.from_env(endpoint_url=settings.s3.endpoint, region=settings.s3.region, path_style=settings.s3.path_style)
+    s3_config = SharedS3Config.from_env(endpoint_url=settings.s3.endpoint, region=settings.s3.region, path_style=settings.s3.path_style)
     runner = Runner(settings, job, s3_config)
     server = None
     if settings.control_address:

@@ -2,8 +2,9 @@
 
 Mixed into job_runtime.run.runner.Runner. The operator starts a standby driver of a job's new
 spec while the job's driver still runs (streamjob_operator.reconcile.decide.standby). The
-standby builds the Spark session (and so its executors) and checks the job
-(job_runtime.query.start.check_job), then reports STANDBY on /status and waits for
+standby builds the Spark session (and so its executors), checks the job
+(job_runtime.query.start.check_job) and warms what the start after the release uses first
+(job_runtime.run.warmup), then reports STANDBY on /status and waits for
 POST /release with the savepoint to restore. Until then nothing of the checkpoint, the sources
 or the outputs is touched and the epoch is not taken: taking it would fence the running
 driver. After the release the Runner goes the usual way (claim, epoch, restore, start), so
@@ -20,11 +21,13 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from job_runtime.query import start
+from job_runtime.run import warmup
 from job_runtime.run.control import ControlError
 from job_runtime.run.savepoint_requests import Command, ReleaseCommand, StopCommand
 from job_runtime.settings import RuntimeSettings
 from streamjob_contract.jobdef import JobDefinition
 from streamjob_contract.runtime_status import RunState
+from streamjob_contract.s3 import S3Config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,6 +40,7 @@ class StandbyOps:
 
     settings: RuntimeSettings
     job: JobDefinition
+    s3_config: S3Config
     _lock: threading.RLock
     _commands: queue.Queue[Command]
     _state: RunState
@@ -76,10 +80,13 @@ class StandbyOps:
         return True
 
     def _wait_for_release(self) -> str | None:
-        """--standby: session and job checked, then STANDBY until released (the savepoint to restore) or stopped (None).
-        Savepoint requests are refused meanwhile (request_savepoint takes them only while RUNNING)."""
+        """--standby: session and job checked, first uses warmed, then STANDBY until released (the savepoint to
+        restore) or stopped (None). Savepoint requests are refused meanwhile (request_savepoint takes them only
+        while RUNNING)."""
         self._spark = self._build_session()
         start.check_job(self._spark, self.job, self.settings)
+        steps = warmup.plan(self._spark, self.job, self.settings, self.s3_config)
+        warmup.warm_up(steps, job=self.settings.job_id, stopped=lambda: self._stop_reason is not None)
         with self._lock:
             if self._stop_reason:
                 return None
