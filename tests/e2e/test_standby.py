@@ -127,6 +127,9 @@ def test_an_upgrade_through_a_standby_hands_over_with_a_savepoint_exactly_once(
     # the standby was named the driver only after the old one was gone
     released = [v["status"] for v in watch.versions("sbu") if (v.get("status") or {}).get("driverPod") == "sbu-driver-2"]
     assert released and all((st.get("operation") or {}).get("phase") != "Standby" for st in released)
+    # before it reported STANDBY it paid the first uses of the start after the release (job_runtime.run.warmup)
+    warmed = [line for line in testbed.pod_log(namespace, "sbu-driver-2").splitlines() if "warmed standby" in line]
+    assert warmed and all(f"{step}=ok" in warmed[0] for step in ("s3Client", "tasks", "filesystem")), warmed
     jobs.wait("sbu", "progress after the upgrade", lambda st: st["lastCheckpoint"]["batchId"] > done["lastSavepoint"]["batchId"] + 1)
     jobs.patch("sbu", {"state": "suspended"})
     jobs.wait("sbu", "Suspended", lambda st: st.get("state") == "Suspended")

@@ -59,4 +59,7 @@ def test_a_standby_waits_without_touching_its_checkpoint_then_restores_the_relea
     assert standby.request("POST", "/release", {"restoreFrom": path + "-other"})[0] == 409
     assert standby.wait(400) == 0, standby.log_tail()
     assert "restored savepoint" in standby.log_text()
+    # the first Spark tasks were run before STANDBY (job_runtime.run.warmup); files, not S3: no client, no S3A
+    warmed = [line for line in standby.log_text().splitlines() if "warmed standby" in line]
+    assert warmed and "tasks=ok" in warmed[0] and "s3Client" not in warmed[0], warmed
     assert outputs.file_sink_rows(out) == events.tumbling(events.recorded_plan(ckpt2))
