@@ -47,7 +47,7 @@ from typing import Any
 
 from kubernetes import client
 
-from operator_bench import NS, REPO, bench_main, bench_operator, bench_spec, commit_times, pod_created, status, wait
+from operator_bench import NS, REPO, bench_main, bench_operator, bench_spec, commit_times, pod_created, rounded, status, wait
 from testbed import TestBed, imagestore
 
 
@@ -160,17 +160,6 @@ def run_real(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsA
             result["cold_start_s"].append(cold)
             result[kind].append(lose(bed, core, custom, s3, f"{kind}{i}", cut=kind == "cut"))
     return stamped(result)
-
-
-def rounded(value: Any) -> Any:
-    """``value`` with every float to 2 decimals, through lists and dicts."""
-    if isinstance(value, float):
-        return round(value, 2)
-    if isinstance(value, list):
-        return [rounded(v) for v in value]
-    if isinstance(value, dict):
-        return {k: rounded(v) for k, v in value.items()}
-    return value
 
 
 def write_real_report(path: Path, r: dict[str, Any]) -> None:
