@@ -10,6 +10,8 @@ Run: `python benchmarks/operator_bench.py [--rounds 2] [--report docs/benchmarks
   for a cold upgrade and, in the same round, for one through a warm standby (spec.standby);
 - failure reaction: the driver's process killed (SIGKILL) -> replacement pod created
   (seen by a watch), and -> first batch of the replacement.
+- a bad-image upgrade (last): an image that cannot be pulled, through a warm standby -> the change
+  blocked (StandbyFailed), and the longest time between two commits of the running driver meanwhile.
 Ratios are against the cold start measured in the same run.
 """
 
@@ -224,10 +226,39 @@ def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s
         # new run folder's earlier commits are copies the checkpoint's recovery made before the query started)
         result["phases_recovery"].append(breakdown(replacement, bed.pod_log(NS, after["driverPod"]),
                                                    min(first_new_batch), min(first_new_batch)))
+    result["bad_image"] = bad_image_upgrade(custom, s3)
     result["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     result["cpu_count"] = os.cpu_count()
     result["load_average"] = [round(x, 1) for x in os.getloadavg()]
     return result
+
+
+MISSING_IMAGE = "localhost/streamjob-missing/no-such-image:9.9.9"  # no such image: the standby's pull fails
+
+
+def bad_image_upgrade(custom: client.CustomObjectsApi, s3: Any) -> dict[str, float]:
+    """An upgrade to an image that cannot be pulled, through a warm standby (last: the change stays blocked):
+    seconds until the change is blocked (StandbyFailed), and the longest time between two commits of the running
+    driver from 10 s before the change until 10 s after the block, next to the longest before the change."""
+    wait(lambda: status(custom, "b").get("ready"), 600, "ready")
+    time.sleep(10)
+    before = status(custom, "b")
+    at = time.time()
+    custom.patch_namespaced_custom_object("streamjob.io", "v1alpha1", NS, "streamjobs", "b",
+                                          {"spec": {"image": MISSING_IMAGE, "standby": {"enabled": True}}})
+    blocked = wait(lambda: ((s := status(custom, "b")).get("blockedChange") or {}).get("reason") == "StandbyFailed" and s,
+                   600, "the change blocked by StandbyFailed")
+    blocked_at = time.time()
+    time.sleep(10)
+    assert status(custom, "b")["driverPod"] == before["driverPod"] == blocked["driverPod"], "the driver was replaced"
+    commits = [t for _, t in commit_times(s3, before["checkpointLocation"])]
+
+    def longest(start: float, end: float) -> float:
+        times = sorted(t for t in commits if start <= t <= end)
+        return max((b - a for a, b in zip(times, times[1:])), default=float("inf"))
+
+    return {"blocked_s": blocked_at - at, "longest_gap_s": longest(at - 10, blocked_at + 10),
+            "longest_gap_before_s": longest(at - 10, at)}
 
 
 def met(ok: bool) -> str:
@@ -251,6 +282,7 @@ def write_report(path: Path, r: dict[str, Any]) -> None:
     warm = statistics.median(r["standby_upgrade_downtime_s"])
     react = statistics.median(r["failure_reaction_s"])
     recover = statistics.median(r["failure_recovery_s"])
+    bad = r["bad_image"]
     text = f"""# Operator benchmark
 
 Produced by `python benchmarks/operator_bench.py` ({r['measured_at']}, {r['cpu_count']} CPUs shared with other
@@ -264,6 +296,9 @@ test bed's S3 server). Times are medians; raw values below.
 | the same through a warm standby (`spec.standby.enabled`) | {warm:.1f} | {warm / cold:.2f} |
 | failure reaction (driver killed -> replacement pod created) | {react:.2f} | {react / cold:.3f} |
 | failure recovery (driver killed -> first batch of the replacement) | {recover:.1f} | {recover / cold:.2f} |
+| upgrade to an image that cannot be pulled, through a warm standby: time to the block (StandbyFailed) | {bad['blocked_s']:.1f} | {bad['blocked_s'] / cold:.2f} |
+| ... longest time between two commits of the running driver meanwhile (10 s before the change to 10 s after the block) | {bad['longest_gap_s']:.1f} | {bad['longest_gap_s'] / cold:.2f} |
+| ... the same in the 10 s before the change | {bad['longest_gap_before_s']:.1f} | {bad['longest_gap_before_s'] / cold:.2f} |
 
 Against the goals set for this operator (ratios from this run):
 
@@ -272,6 +307,7 @@ Against the goals set for this operator (ratios from this run):
 | warm-standby upgrade downtime <= 0.35x the cold start | {warm / cold:.2f}x | {met(warm / cold <= 0.35)} |
 | warm-standby upgrade downtime <= 0.5x the cold upgrade's | {warm / up:.2f}x | {met(warm / up <= 0.5)} |
 | failure recovery <= 1.1x the cold start | {recover / cold:.2f}x | {met(recover / cold <= 1.1)} |
+| a bad-image upgrade: 0 s of downtime (no longer gap between commits than before the change, within S3's 1 s) | {bad['longest_gap_s'] - bad['longest_gap_before_s']:.1f} s | {met(bad['longest_gap_s'] - bad['longest_gap_before_s'] <= 1.0)} |
 
 Where a start goes, from the driver's own log lines and its checkpoint's commits
 ([driver_phases.py](../../benchmarks/driver_phases.py)); a recovery starts at its replacement pod's creation,

@@ -83,3 +83,22 @@ def test_coredns_answers_the_cluster_zone_and_forwards_nothing() -> None:
     assert "forward" not in corefile
     assert "rcode NXDOMAIN" in corefile
     assert nodeconfig.resolv_conf() == "nameserver 10.244.0.1\n"
+
+
+def test_the_two_nodes_take_disjoint_parts_of_the_pod_range_on_one_bridge() -> None:
+    """A second node (testbed.secondnode) shares the first's bridge: its pods' addresses never collide with the first's."""
+    import ipaddress
+
+    from testbed import podnet
+
+    subnet = ipaddress.ip_network(podnet.POD_SUBNET)
+    parts = []
+    for ip_range in podnet.NODE_IP_RANGES:
+        bridge = nodeconfig.cni_config(data_dir=HOME / "cni", ip_range=ip_range)["plugins"][0]
+        assert bridge["bridge"] == podnet.BRIDGE
+        (entry,) = bridge["ipam"]["ranges"][0]
+        first, last = ipaddress.ip_address(entry["rangeStart"]), ipaddress.ip_address(entry["rangeEnd"])
+        assert first in subnet and last in subnet and first <= last and entry["gateway"] == podnet.BRIDGE_IP
+        parts.append(range(int(first), int(last) + 1))
+    assert not set(parts[0]) & set(parts[1])
+    assert int(ipaddress.ip_address(podnet.BRIDGE_IP)) not in set(parts[0]) | set(parts[1])
