@@ -134,9 +134,7 @@ def lose(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, 
                               if c.type == "Ready")
             out["node_not_ready_s"] = transition.timestamp() - at
     finally:
-        second.resume_kubelet()
-        for task in second._task_ids():
-            second.ctr("tasks", "resume", task, check=False)
+        second.thaw()
         wait(lambda: node_ready(core, second.node_name), 180, "Ready again")
         custom.delete_namespaced_custom_object("streamjob.io", "v1alpha1", NS, "streamjobs", name)
         wait(lambda: not [p for p in core.list_namespaced_pod(NS).items if p.metadata.name.startswith(f"{name}-")] or None,

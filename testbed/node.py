@@ -251,10 +251,13 @@ class RealNode:
         proc.wait_ready(ready, max(5.0, deadline - time.monotonic()), "serving its CRI plugin")
         return proc
 
+    def task_ids(self) -> list[str]:
+        """The ids of containerd's tasks (running, paused or stopped containers' processes)."""
+        return [line.split()[0] for line in self.ctr("tasks", "ls", check=False).stdout.splitlines()[1:] if line.strip()]
+
     def _forget_containers(self) -> None:
         """Containers and sandboxes a crashed run left in containerd's metadata (its image store is kept)."""
-        tasks = [line.split()[0] for line in self.ctr("tasks", "ls", check=False).stdout.splitlines()[1:] if line.strip()]
-        for task in tasks:
+        for task in self.task_ids():
             self.ctr("tasks", "kill", "--signal", "SIGKILL", task, check=False)
             self.ctr("tasks", "delete", "--force", task, check=False)
         containers = self.ctr("containers", "ls", "-q", check=False).stdout.split()

@@ -89,22 +89,33 @@ def setup(facts: hostfacts.HostFacts, *, home: Path, state_file: Path) -> None:
     # nothing for the pod or Service range leaves through another interface (testbed.podnet)
     podnet.install(hostops.run)
 
-    for top in _cgroup_tops(facts):
+    if facts.cgroup_version == 2:  # the root hands the pods' controllers down
+        (hostfacts.CGROUP_ROOT / "cgroup.subtree_control").write_text(_v2_controllers())
+    make_cgroup_parent(facts, CGROUP_PARENT)
+
+
+def make_cgroup_parent(facts: hostfacts.HostFacts, parent: str) -> None:
+    """The cgroup ``parent`` (``streamjob-node``, or a second node's ``streamjob-node/<name>``) in every
+    hierarchy, ready for a kubelet's ``cgroupRoot``: v1 cpuset copied from above (a child starts empty), v2
+    the pods' controllers handed down to its children."""
+    for top in _cgroup_tops(facts, parent):
         top.mkdir(exist_ok=True)
         for name in ("cpuset.cpus", "cpuset.mems"):  # v1 cpuset: a child starts empty
             if (top / name).exists() and not (top / name).read_text().strip():
                 (top / name).write_text((top.parent / name).read_text())
-    if facts.cgroup_version == 2:
-        controllers = (hostfacts.CGROUP_ROOT / "cgroup.controllers").read_text().split()
-        wanted = " ".join(f"+{c}" for c in controllers if c in ("cpu", "cpuset", "memory", "pids", "io", "hugetlb"))
-        for path in (hostfacts.CGROUP_ROOT / "cgroup.subtree_control", hostfacts.CGROUP_ROOT / CGROUP_PARENT / "cgroup.subtree_control"):
-            path.write_text(wanted)
+        if facts.cgroup_version == 2:
+            (top / "cgroup.subtree_control").write_text(_v2_controllers())
 
 
-def _cgroup_tops(facts: hostfacts.HostFacts) -> list[Path]:
+def _v2_controllers() -> str:
+    controllers = (hostfacts.CGROUP_ROOT / "cgroup.controllers").read_text().split()
+    return " ".join(f"+{c}" for c in controllers if c in ("cpu", "cpuset", "memory", "pids", "io", "hugetlb"))
+
+
+def _cgroup_tops(facts: hostfacts.HostFacts, parent: str) -> list[Path]:
     if facts.cgroup_version == 2:
-        return [hostfacts.CGROUP_ROOT / CGROUP_PARENT]
-    return [Path(p) / CGROUP_PARENT for p in sorted(set(facts.cgroup_v1_hierarchies.values()))]
+        return [hostfacts.CGROUP_ROOT / parent]
+    return [Path(p) / parent for p in sorted(set(facts.cgroup_v1_hierarchies.values()))]
 
 
 def sweep(*, home: Path, containerd_roots: tuple[Path, ...], state_file: Path, pod_logs_dir: Path) -> list[str]:

@@ -38,7 +38,7 @@ def image_names(ctr: Ctr) -> set[str]:
 def import_images(ctr: Ctr, bins: Path, containerd_root: Path) -> list[str]:
     """pause and busybox (build-node.sh's archives), and the images scripts/build-images.sh built
     (the runtime and operator), each imported once per image id into containerd's k8s.io namespace."""
-    # one folder of stamps per image store (a second node's containerd has its own, testbed.node.SecondNode)
+    # one folder of stamps per image store (a second node's containerd has its own, testbed.secondnode)
     stamps = containerd_root.parent / ("imported" if containerd_root.name == "containerd" else f"imported-{containerd_root.name}")
     stamps.mkdir(parents=True, exist_ok=True)
     present = image_names(ctr)

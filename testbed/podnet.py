@@ -38,7 +38,7 @@ from typing import Any
 BRIDGE = "sjnode0"
 BRIDGE_IP = "10.244.0.1"
 POD_SUBNET = "10.244.0.0/24"
-# the pod range's addresses of each node on the bridge (the second node: TestBed(nodes=2), testbed.node.SecondNode)
+# the pod range's addresses of each node on the bridge (the second node: TestBed(nodes=2), testbed.secondnode)
 NODE_IP_RANGES = (("10.244.0.2", "10.244.0.127"), ("10.244.0.128", "10.244.0.254"))
 SERVICE_SUBNET = "10.96.0.0/16"  # testbed.control_plane.SERVICE_CLUSTER_IP_RANGE
 HOST_ALIAS = "127.244.0.1"

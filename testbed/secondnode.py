@@ -27,7 +27,7 @@ import signal
 import time
 from pathlib import Path
 
-from testbed import hostfacts, podnet
+from testbed import nodehost, podnet
 from testbed import kubeconfig as kubeconfig_file
 from testbed import pki as pki_mod
 from testbed.hostops import NodeError
@@ -55,21 +55,8 @@ class SecondNode(RealNode):
         if not self.first.running:
             raise NodeError("the second node needs the first one claimed (its lock, bridge and chains)")
         self._bins = self.first._bins
-        for top in self._cgroup_tops():
-            top.mkdir(parents=True, exist_ok=True)
-            for name in ("cpuset.cpus", "cpuset.mems"):  # v1 cpuset: a child starts empty
-                if (top / name).exists() and not (top / name).read_text().strip():
-                    (top / name).write_text((top.parent / name).read_text())
-            if self.facts.cgroup_version == 2:  # the controllers its kubepods child needs, as its parent has them
-                wanted = (top.parent / "cgroup.subtree_control").read_text().split()
-                (top / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
+        nodehost.make_cgroup_parent(self.facts, self.cgroup_root.strip("/"))
         self._claimed = True
-
-    def _cgroup_tops(self) -> list[Path]:
-        parent = self.cgroup_root.strip("/")
-        if self.facts.cgroup_version == 2:
-            return [hostfacts.CGROUP_ROOT / parent]
-        return [Path(p) / parent for p in sorted(set(self.facts.cgroup_v1_hierarchies.values()))]
 
     def start(self, *, api_url: str, certs: pki_mod.Pki, pki_dir: Path, admin_kubeconfig: Path, deadline: float) -> None:
         """containerd, the images, the kubelet (with a client certificate of its own node name)."""
@@ -86,14 +73,18 @@ class SecondNode(RealNode):
 
     def stop_kubelet(self) -> None:
         """Freezes the kubelet (SIGSTOP): it neither reports the node nor stops its pods, whose containers run
-        on, so the node goes NotReady once the node controller's grace period passes. ``resume_kubelet`` undoes it."""
+        on, so the node goes NotReady once the node controller's grace period passes. ``thaw`` undoes it."""
         assert self.kubelet is not None
         os.killpg(self.kubelet.pid, signal.SIGSTOP)
 
-    def resume_kubelet(self) -> None:
+    def thaw(self) -> None:
+        """Undoes ``stop_kubelet`` and a ``ctr tasks pause`` of its containers: the kubelet reports the node again
+        and ends the containers of pods that are gone."""
         assert self.kubelet is not None
         if self.kubelet.alive():
             os.killpg(self.kubelet.pid, signal.SIGCONT)
+        for task in self.task_ids():
+            self.ctr("tasks", "resume", task, check=False)
 
     def stop(self) -> None:
         """Stops the kubelet (thawed first) and containerd, which forgets its containers; the first node's sweep
@@ -102,14 +93,13 @@ class SecondNode(RealNode):
             return
         started = time.monotonic()
         try:
-            if self.kubelet is not None and self.kubelet.alive():
-                self.resume_kubelet()
-                self.kubelet.stop(timeout=10)
             containerd = next((p for p in self.processes if p.name == "containerd"), None)
+            if self.kubelet is not None and containerd is not None and containerd.alive():
+                self.thaw()
+            if self.kubelet is not None and self.kubelet.alive():
+                self.kubelet.stop(timeout=10)
             if containerd is not None and containerd.alive():
                 try:
-                    for task in self._task_ids():
-                        self.ctr("tasks", "resume", task, check=False)
                     self._forget_containers()
                 finally:
                     containerd.stop(timeout=15)
@@ -117,7 +107,4 @@ class SecondNode(RealNode):
         finally:
             self._claimed = False
         self.timings["stop"] = time.monotonic() - started
-
-    def _task_ids(self) -> list[str]:
-        return [line.split()[0] for line in self.ctr("tasks", "ls", check=False).stdout.splitlines()[1:] if line.strip()]
 

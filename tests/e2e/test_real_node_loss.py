@@ -70,9 +70,7 @@ def lost(real_bed: TestBed, real_api: client.ApiClient, tmp_path: Path) -> Itera
     finally:
         operator.stop()
         print(f"--- operator log {operator.log_path} (tail) ---\n{operator.log()[-6000:]}")
-        second.resume_kubelet()
-        for task in second._task_ids():  # a frozen driver's container thawed, so that its kubelet can end it
-            second.ctr("tasks", "resume", task, check=False)
+        second.thaw()  # a frozen driver's container too, so that its kubelet can end it
         wait_for(lambda: node_ready(core, second.node_name), 120, f"{second.node_name} Ready again")
         core.delete_namespace(namespace, grace_period_seconds=0)
 
