@@ -375,6 +375,51 @@ class TestBed:
         files = [folder / f"{container}.log"] if container else sorted(folder.glob("*.log"))
         return "".join(f.read_text(errors="replace") for f in files if f.exists())
 
+    def node_of(self, node_name: str | None) -> RealNode:
+        """The real node named ``node_name`` (a pod's ``spec.nodeName``)."""
+        for node in (self.node, self.second_node):
+            if node is not None and node.node_name == node_name:
+                return node
+        raise LookupError(f"no real node {node_name!r} in this test bed (node={self.node_kind!r})")
+
+    def _container(self, namespace: str, name: str, container: str | None) -> tuple[str | None, str, str]:
+        """A pod's container (its first unless ``container`` names one): its node's name, and its id's kind
+        (``containerd`` on the real node, ``process`` on the process kubelet) and value."""
+        with self.api_client() as api:
+            pod = client.CoreV1Api(api).read_namespaced_pod(name, namespace)
+        wanted = container or pod.spec.containers[0].name
+        status = next((s for s in pod.status.container_statuses or [] if s.name == wanted), None)
+        if status is None or not status.container_id:
+            raise LookupError(f"pod {namespace}/{name} has no started container {wanted!r}")
+        kind, _, cid = status.container_id.partition("://")
+        return pod.spec.node_name, kind, cid
+
+    def container_pid(self, namespace: str, name: str, container: str | None = None) -> int:
+        """The host pid of a pod's container's first process: containerd's task on the real node, the process the
+        process kubelet started otherwise."""
+        node_name, kind, cid = self._container(namespace, name, container)
+        if kind == "process":
+            return int(cid)
+        rows = [line.split() for line in self.node_of(node_name).ctr("tasks", "ls").stdout.splitlines()[1:]]
+        pid = next((int(row[1]) for row in rows if row and row[0] == cid), None)
+        if pid is None:
+            raise LookupError(f"pod {namespace}/{name}: containerd has no task for container {cid}")
+        return pid
+
+    def signal_pod(self, namespace: str, name: str, sig: int, container: str | None = None) -> None:
+        """Sends ``sig`` to every process of a pod's container (SIGKILL: as an OOM kill; SIGSTOP: frozen, as on a
+        lost node): through containerd on the real node (``ctr tasks kill --all``), to the process group the
+        process kubelet recorded otherwise."""
+        if self.node is None:
+            pid = int((self.pod_log_dir(namespace, name) / "pid").read_text().strip())
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                os.kill(pid, sig)
+            return
+        node_name, _, cid = self._container(namespace, name, container)
+        self.node_of(node_name).ctr("tasks", "kill", "--all", "--signal", str(int(sig)), cid)
+
     def component_logs(self, lines: int = 30) -> str:
         return "\n".join(f"--- {p.name} ---\n{tail(p, lines)}" for p in sorted(self.log_dir.glob("*.log")))
 

@@ -449,34 +449,31 @@ def drivers(kube_api: client.ApiClient, namespace: str) -> Iterator[DriverCounte
     assert counter.max_seen <= 1, f"two driver pods existed at once: {counter.history}"
 
 
-def assert_runs_in_image(core: client.CoreV1Api, namespace: str, pod: str, uid: int = 185, container: str | None = None) -> None:
-    """The pod's container process runs inside its image's root filesystem (testbed.kubelet.podinit), as the image's user.
+def assert_runs_in_image(testbed: TestBed, namespace: str, pod: str, uid: int = 185, container: str | None = None) -> None:
+    """The pod's container process runs inside its image's root filesystem, as the image's user.
 
-    uid 185 is the top-level Dockerfile's USER, 65532 images/operator/Dockerfile's; a container
-    mapped to the development virtualenv runs in the host's root instead.
+    uid 185 is the top-level Dockerfile's USER, 65532 images/operator/Dockerfile's. On the process kubelet a
+    container mapped to the development virtualenv runs in the host's root instead (testbed.kubelet.podinit);
+    on the real node containerd runs every container in its image, in a mount namespace of its own.
     """
-    obj = core.read_namespaced_pod(pod, namespace)
-    name = container or obj.spec.containers[0].name
-    status = next(s for s in obj.status.container_statuses or [] if s.name == name)
-    pid = int(status.container_id.removeprefix("process://"))
-    root = os.readlink(f"/proc/{pid}/root")
-    assert root != "/" and root.endswith("/layer/merged"), f"{namespace}/{pod} {name} runs in {root}, not in its image"
+    pid = testbed.container_pid(namespace, pod, container)
+    if testbed.node is None:
+        root = os.readlink(f"/proc/{pid}/root")
+        assert root != "/" and root.endswith("/layer/merged"), f"{namespace}/{pod} runs in {root}, not in its image"
+    else:
+        assert os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"), f"{namespace}/{pod} shares the host's mounts"
     uids = next(line.split()[1:] for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Uid:"))
-    assert int(uids[0]) == uid, f"{namespace}/{pod} {name} runs as uid {uids[0]}, not {uid}"
+    assert int(uids[0]) == uid, f"{namespace}/{pod} runs as uid {uids[0]}, not {uid}"
 
 
 def kill_driver_process(testbed: TestBed, namespace: str, pod: str) -> None:
-    """SIGKILL the driver's process group, as an OOM kill would (the pod then fails with 137)."""
-    signal_driver_process(testbed, namespace, pod, signal.SIGKILL)
+    """SIGKILL the driver's processes, as an OOM kill would (the pod then fails with 137)."""
+    testbed.signal_pod(namespace, pod, signal.SIGKILL)
 
 
 def signal_driver_process(testbed: TestBed, namespace: str, pod: str, sig: signal.Signals) -> None:
-    """Sends ``sig`` to the driver's process group on the test bed's node (SIGSTOP: a frozen driver, as on a lost node)."""
-    pid = int((testbed.pod_log_dir(namespace, pod) / "pid").read_text().strip())
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        os.kill(pid, sig)
+    """Sends ``sig`` to the driver's processes on its node (SIGSTOP: a frozen driver, as on a lost node)."""
+    testbed.signal_pod(namespace, pod, sig)
 
 
 def output_values(s3: Any, prefix: str) -> list[int]:

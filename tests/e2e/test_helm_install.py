@@ -45,7 +45,7 @@ def test_the_chart_runs_a_job_with_executors_under_least_privilege(testbed, crd,
         operator_pods = core.list_namespaced_pod(release_ns, label_selector="app.kubernetes.io/name=streamjob-operator").items
         assert [p.status.phase for p in operator_pods] == ["Running"]
         assert operator_pods[0].spec.containers[0].image == imagestore.operator_image()
-        assert_runs_in_image(core, release_ns, operator_pods[0].metadata.name, uid=65532)
+        assert_runs_in_image(testbed, release_ns, operator_pods[0].metadata.name, uid=65532)
         # namespaced install: nothing cluster-wide beyond read access to CRDs and namespaces
         rbac = client.RbacAuthorizationV1Api(kube_api)
         roles = rbac.list_namespaced_role(namespace, label_selector="app.kubernetes.io/instance=streamjob").items
@@ -70,8 +70,8 @@ def test_the_chart_runs_a_job_with_executors_under_least_privilege(testbed, crd,
         # Spark asked the API server for an executor, owned by the driver pod, and it ran
         running = wait_for(lambda: [p for p in executors() if p.status.phase == "Running"], 120, "a running executor pod")
         assert running[0].spec.containers[0].image == driver.spec.containers[0].image
-        assert_runs_in_image(core, namespace, driver.metadata.name)
-        assert_runs_in_image(core, namespace, running[0].metadata.name)
+        assert_runs_in_image(testbed, namespace, driver.metadata.name)
+        assert_runs_in_image(testbed, namespace, running[0].metadata.name)
         assert ("DriverCreated" in jobs.reasons("helm-job")), jobs.events("helm-job")
 
         jobs.delete("helm-job")

@@ -44,7 +44,7 @@ def test_a_job_runs_restarts_upgrades_suspends_resumes_and_is_deleted_with_a_sav
     # apply -> running: owned objects, Ready, progress in status
     first = jobs.wait_ready("life")
     assert first["driverPod"] == "life-driver-1"
-    assert_runs_in_image(core_v1, namespace, "life-driver-1")
+    assert_runs_in_image(testbed, namespace, "life-driver-1")
     assert core_v1.read_namespaced_secret("life-token", namespace).metadata.owner_references[0].kind == "StreamJob"
     assert core_v1.read_namespaced_service("life-driver", namespace).spec.cluster_ip == "None"
     jobs.wait("life", "a completed checkpoint", lambda st: (st.get("lastCheckpoint") or {}).get("batchId", -1) >= 2)
@@ -73,7 +73,7 @@ def test_a_job_runs_restarts_upgrades_suspends_resumes_and_is_deleted_with_a_sav
     assert upgraded["restoredFrom"] == upgraded["lastSavepoint"]["path"]
     assert upgraded["checkpointLocation"].endswith("/run-3")
     assert '"image":"ghcr.io/streamjob/streamjob-runtime:0.1.1"' in upgraded["lastStableSpec"]
-    assert_runs_in_image(core_v1, namespace, "life-driver-3")
+    assert_runs_in_image(testbed, namespace, "life-driver-3")
     jobs.wait_event("life", "UpgradeCompleted")  # posted after the status write that wait_ready saw
     assert {"Upgrading", "SavepointCompleted", "DriverCreated"} <= set(jobs.reasons("life")), jobs.events("life")
 

@@ -84,8 +84,8 @@ def test_a_restricted_namespace_runs_the_lifecycle_with_a_pod_template(
     executor = wait_for(lambda: [p for p in executors("pss-driver-1") if p.status.phase == "Running"], 120, "a running executor")[0]
     assert_templated(executor, "executor")
     assert executor.metadata.annotations["kubectl.kubernetes.io/default-container"] == "executor"
-    assert_runs_in_image(core_v1, namespace, "pss-driver-1", container="driver")
-    assert_runs_in_image(core_v1, namespace, executor.metadata.name, container="executor")
+    assert_runs_in_image(testbed, namespace, "pss-driver-1", container="driver")
+    assert_runs_in_image(testbed, namespace, executor.metadata.name, container="executor")
 
     # savepoint upgrade: the new driver and its executor are admitted too and resume from the savepoint
     jobs.patch("pss", {"image": IMAGE.replace("0.1.0", "0.1.1")})

@@ -20,7 +20,7 @@ from kubernetes import client
 
 from testbed import TestBed, imagestore
 
-from streamjob_e2e import REPO, Jobs, Operator, real_namespace
+from streamjob_e2e import REPO, Jobs, Operator, assert_runs_in_image, kill_driver_process, real_namespace
 
 IMAGE = imagestore.runtime_image()
 
@@ -82,10 +82,13 @@ def test_a_streamjob_runs_in_a_real_container_checkpoints_to_s3_and_restarts_fro
         commits = s3.list_objects_v2(Bucket="streamjob", Prefix=f"{prefix}/checkpoint/").get("Contents", [])
         assert any("/commits/" in o["Key"] for o in commits), [o["Key"] for o in commits][:20]
 
-        # SIGKILL the driver's container (its task in containerd): the pod fails, the operator starts a
-        # new driver from the latest completed checkpoint, and the batch id never goes back
+        # the container runs in its image's mount namespace as the image's user (185)
+        assert_runs_in_image(real_bed, namespace, "minimal-driver-1")
+
+        # SIGKILL the driver's container (every process of its task in containerd): the pod fails, the operator
+        # starts a new driver from the latest completed checkpoint, and the batch id never goes back
         before = batch_id(jobs.status("minimal"))
-        real_bed.node.ctr("tasks", "kill", "--signal", "SIGKILL", container_id.removeprefix("containerd://"))
+        kill_driver_process(real_bed, namespace, "minimal-driver-1")
         killed = time.monotonic()
         restarted = jobs.wait("minimal", "Ready on a second driver",
                               lambda st: st.get("driverPod") == "minimal-driver-2" and st.get("ready") is True
