@@ -28,7 +28,7 @@ from typing import Any
 from kubernetes import client, config
 
 from testbed import kubeconfig as kubeconfig_file
-from testbed import locate, pki, podnet, rbac, spark
+from testbed import imagestore, locate, pki, podnet, rbac, spark
 from testbed.kafka import KafkaBroker, PodListener, start_kafka
 from testbed.control_plane import start_apiserver, start_controller_manager, start_etcd
 from testbed.node import BRIDGE_IP, NodeError, RealNode
@@ -374,6 +374,14 @@ class TestBed:
         folder = self.pod_log_dir(namespace, name, uid)
         files = [folder / f"{container}.log"] if container else sorted(folder.glob("*.log"))
         return "".join(f.read_text(errors="replace") for f in files if f.exists())
+
+    def tag_runtime_image(self, *names: str) -> None:
+        """Makes each of ``names`` run the runtime image scripts/build-images.sh built (as a registry's tags would),
+        in every real node's image store. The process kubelet needs nothing: it maps a runtime name that was not
+        built to the development virtualenv (testbed.kubelet.images)."""
+        for node in (self.node, self.second_node):
+            if node is not None:
+                node.tag_image(imagestore.runtime_image(), *names)
 
     def node_of(self, node_name: str | None) -> RealNode:
         """The real node named ``node_name`` (a pod's ``spec.nodeName``)."""

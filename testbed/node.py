@@ -53,6 +53,7 @@ NODE_HOME = Path(os.environ.get("STREAMJOB_NODE_DIR") or "/var/lib/streamjob-tes
 LOCK_FILE = Path(os.environ.get("STREAMJOB_NODE_LOCK") or "/run/lock/streamjob-testbed-node.lock")
 BRIDGE, POD_SUBNET, BRIDGE_IP = podnet.BRIDGE, podnet.POD_SUBNET, podnet.BRIDGE_IP
 NAMESPACE = "k8s.io"  # containerd's namespace for the CRI
+NODE_LABEL = "streamjob.dev/testbed"  # every test bed node carries it (=true), on either kind of node
 SECOND_CONTAINERD = "containerd-2"  # the second node's image store, beside the first's (testbed.secondnode)
 
 
@@ -272,6 +273,12 @@ class RealNode:
         assert self._bins is not None
         return nodeimages.busybox_image(self._bins)
 
+    def tag_image(self, source: str, *names: str) -> None:
+        """Names ``source`` (an image in this node's store) also as each of ``names``, as a registry's tags would:
+        a pod naming one of them runs ``source``'s image. Moves a name that pointed elsewhere."""
+        for name in names:
+            self.ctr("images", "tag", "--force", source, name)
+
     def import_images(self) -> list[str]:
         """Imports what containerd lacks, once per image id (``testbed.nodeimages``); returns the names imported."""
         assert self._bins is not None
@@ -349,6 +356,7 @@ class RealNode:
             f"--root-dir={self.kubelet_root}",
             f"--hostname-override={self.node_name}",
             f"--node-ip={BRIDGE_IP}",
+            f"--node-labels={NODE_LABEL}=true",  # as the process kubelet labels its node: tests' nodeSelectors match both
             "--v=1",
         ], env=env)
 

@@ -26,12 +26,13 @@ from testbed.waiting import wait_for
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if {"testbed", "real_bed"} & set(getattr(item, "fixturenames", ())):
+        if {"testbed", "session_bed", "real_bed"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.testbed)
 
 
 @pytest.fixture(scope="session")
-def testbed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
+def session_bed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
+    """The session's test bed on the process kubelet, for the modules that do not run on the real node."""
     bed = TestBed()
     bed.start()
     yield bed
@@ -46,27 +47,36 @@ def testbed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
             print(message)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
+def testbed(request: pytest.FixtureRequest) -> TestBed:
+    """The module's test bed: the real node (``real_bed``, its own for the module) when the module sets
+    ``REAL_NODE = True``, else the session's bed on the process kubelet. Modules move to the real node one at a
+    time (docs/testbed.md, "Moving the suite to the real node")."""
+    bed: TestBed = request.getfixturevalue("real_bed" if getattr(request.module, "REAL_NODE", False) else "session_bed")
+    return bed
+
+
+@pytest.fixture(scope="module")
 def kube_api(testbed: TestBed) -> Iterator[client.ApiClient]:
-    """An admin (system:masters) ApiClient for the test bed."""
+    """An admin (system:masters) ApiClient for the module's test bed."""
     api = testbed.api_client()
     yield api
     api.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def core_v1(kube_api: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(kube_api)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def s3(testbed: TestBed) -> Any:
-    """A boto3 S3 client for the test bed's S3 server."""
+    """A boto3 S3 client for the module's test bed's S3 server."""
     return testbed.s3_client()
 
 
 @pytest.fixture(scope="session")
-def spark_local(testbed: TestBed) -> Iterator[Any]:
+def spark_local(session_bed: TestBed) -> Iterator[Any]:
     """One local-mode SparkSession per test session with s3a:// pointed at the test bed's S3.
 
     Shared because a Python process gets one JVM: confs that shape the JVM
@@ -86,7 +96,7 @@ def spark_local(testbed: TestBed) -> Iterator[Any]:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
     )
-    for key, value in testbed.spark_s3a_conf().items():
+    for key, value in session_bed.spark_s3a_conf().items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     yield session

@@ -24,21 +24,21 @@ def kubectl(bed: TestBed, *args: str, stdin: str | None = None, check: bool = Tr
 
 
 @pytest.fixture(scope="session")
-def kubectl_run(testbed: TestBed):
+def kubectl_run(session_bed: TestBed):
     """kubectl against the test bed as the admin: kubectl_run(*args, stdin=None, check=True)."""
 
     def run(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return kubectl(testbed, *args, stdin=stdin, check=check)
+        return kubectl(session_bed, *args, stdin=stdin, check=check)
 
     return run
 
 
 @pytest.fixture(scope="session")
-def streamjob_crd(testbed: TestBed) -> Path:
+def streamjob_crd(session_bed: TestBed) -> Path:
     """Applies crds/ with kubectl and waits until the API serves StreamJobs."""
-    kubectl(testbed, "apply", "--server-side", "-f", str(REPO / "crds"))
+    kubectl(session_bed, "apply", "--server-side", "-f", str(REPO / "crds"))
     wait_for(
-        lambda: kubectl(testbed, "get", "streamjobs", "-A", check=False).returncode == 0,
+        lambda: kubectl(session_bed, "get", "streamjobs", "-A", check=False).returncode == 0,
         60,
         "StreamJob CRD established",
     )

@@ -2,7 +2,8 @@
 
 Used by tests/e2e/test_*.py. The operator runs as `streamjob-operator` against
 the test bed's admin kubeconfig; drivers run the real job runtime under
-spark-submit (job_runtime/driver.py) in the process kubelet.
+spark-submit (job_runtime/driver.py) on the module's node: the real node (containers
+of the built image) for a module that sets ``REAL_NODE = True``, else the process kubelet.
 """
 
 from __future__ import annotations
@@ -35,13 +36,19 @@ from testbed.waiting import wait_for
 REPO = Path(job_runtime.__file__).resolve().parents[1]
 # The runtime image scripts/build-images.sh built (the kubelet runs pods inside it)...
 IMAGE = imagestore.runtime_image()
-# ...and a name no image was built under: the kubelet maps it to the development
-# virtualenv (testbed.kubelet.images), for tests that need the host's files or speed.
+# ...and a name no image was built under: the process kubelet maps it to the development
+# virtualenv (testbed.kubelet.images); on the real node it is a tag of the built image.
 DEV_IMAGE = "localhost/streamjob-dev/streamjob-runtime:0.1.0"
+NEXT_IMAGE = IMAGE.replace("0.1.0", "0.1.1")  # the release an upgrade test moves to (``built_images``)
+# DEV_IMAGE and the tags upgrade tests move it to: on the real node, tags of the built image (tests/conftest.py)
+DEV_TAGS = [DEV_IMAGE.replace("0.1.0", tag) for tag in ("0.1.0", "0.2.0", *(f"0.1.{n}" for n in range(1, 10)))]
+# what a test's driver and executor ask of the scheduler: the real node has this machine's 2 CPUs, and a test runs up to
+# 3 pods at once (tasks still run on `cores`, 1: a request is a scheduling weight, not a limit)
+CORE_REQUEST = "250m"
 START_TIMEOUT = 420.0  # a Spark driver start on a loaded 2-core machine
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def crd(kube_api: client.ApiClient) -> None:
     install_crds(kube_api)
 
@@ -141,11 +148,20 @@ def operator(testbed: TestBed, crd: None, request: pytest.FixtureRequest, tmp_pa
         print(f"--- operator log {op.log_path} (tail) ---\n{op.log()[-6000:]}")
 
 
-@pytest.fixture(scope="session")
-def built_images() -> str:
-    """The built runtime image, also under the tag an upgrade moves to (as a user pushes a release)."""
+@pytest.fixture(scope="module", autouse=True)
+def dev_tags_on_the_real_node(request: pytest.FixtureRequest) -> None:
+    """In a module on the real node (``REAL_NODE = True``), DEV_IMAGE and its upgrade tags name the built image."""
+    if getattr(request.module, "REAL_NODE", False):
+        request.getfixturevalue("testbed").tag_runtime_image(*DEV_TAGS)
+
+
+@pytest.fixture(scope="module")
+def built_images(testbed: TestBed) -> str:
+    """The built runtime image, also under the tag an upgrade moves to (as a user pushes a release): in buildah's
+    store, and in the real node's containerd when the module runs there."""
     assert imagestore.inspect(IMAGE) is not None, f"{IMAGE} was not built: bash scripts/build-images.sh"
-    imagestore.tag(IMAGE, IMAGE.replace("0.1.0", "0.1.1"))  # moves the tag to this build
+    imagestore.tag(IMAGE, NEXT_IMAGE)  # moves the tag to this build
+    testbed.tag_runtime_image(NEXT_IMAGE)
     return IMAGE
 
 
@@ -171,9 +187,10 @@ def rate_job(name: str, testbed: TestBed, *, prefix: str, storage: str = "s3", *
         "statePartitions": 2,
         "checkpoint": {"location": checkpoint, "triggerInterval": "2 seconds"},
         "savepoint": {"location": f"s3://streamjob/{prefix.strip('/').replace('/', '-')}-savepoints", "timeoutSeconds": 120},
-        "s3": {"endpoint": testbed.s3.endpoint, "pathStyleAccess": True, "credentialsSecret": {"name": "s3"}},
-        "driver": {"memory": "512m"},
-        "executor": {"instances": 0, "memory": "512m"},
+        # the operator (on the host) reads checkpoints too: an endpoint the host and pods both reach
+        "s3": {"endpoint": testbed.s3_endpoint_for_pods_and_host(), "pathStyleAccess": True, "credentialsSecret": {"name": "s3"}},
+        "driver": {"memory": "512m", "coreRequest": CORE_REQUEST},
+        "executor": {"instances": 0, "memory": "512m", "coreRequest": CORE_REQUEST},
         "restartPolicy": {"type": "ExponentialBackoff", "delaySeconds": 1, "maxDelaySeconds": 5, "maxRestarts": 5},
         "rollback": {"readinessTimeoutSeconds": 300},
         "job": {

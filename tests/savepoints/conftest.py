@@ -25,15 +25,15 @@ from savepoint_helpers import BUCKET, ROCKSDB, STATE_PARTITIONS, RealCheckpoint,
 
 
 @pytest.fixture(scope="session")
-def s3_server(testbed: Any) -> S3Server:
+def s3_server(session_bed: Any) -> S3Server:
     """The session test bed's S3 server, with the savepoint tests' bucket.
 
     Shared with the rest of the suite: one pytest process has one JVM, so the
     Spark session (and its s3a endpoint) must be the same for every test.
     """
-    assert testbed.s3 is not None
-    server = S3Server(process=None, credentials=testbed.s3)  # type: ignore[arg-type]
-    client = testbed.s3_client()
+    assert session_bed.s3 is not None
+    server = S3Server(process=None, credentials=session_bed.s3)  # type: ignore[arg-type]
+    client = session_bed.s3_client()
     if BUCKET not in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
         client.create_bucket(Bucket=BUCKET)
     return server
