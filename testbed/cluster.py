@@ -371,6 +371,13 @@ class TestBed:
         return found[-1]
 
     def pod_log(self, namespace: str, name: str, container: str | None = None, uid: str | None = None) -> str:
+        """A pod's log (its containers' one after another unless ``container`` names one): through the API server on
+        the real node (the pod must still exist), from the process kubelet's files otherwise (kept after deletion)."""
+        if self.node is not None:
+            with self.api_client() as api:
+                core = client.CoreV1Api(api)
+                names = [container] if container else [c.name for c in core.read_namespaced_pod(name, namespace).spec.containers]
+                return "".join(core.read_namespaced_pod_log(name, namespace, container=c) for c in names)
         folder = self.pod_log_dir(namespace, name, uid)
         files = [folder / f"{container}.log"] if container else sorted(folder.glob("*.log"))
         return "".join(f.read_text(errors="replace") for f in files if f.exists())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,6 +46,7 @@ DEV_TAGS = [DEV_IMAGE.replace("0.1.0", tag) for tag in ("0.1.0", "0.2.0", *(f"0.
 # what a test's driver and executor ask of the scheduler: the real node has this machine's 2 CPUs, and a test runs up to
 # 3 pods at once (tasks still run on `cores`, 1: a request is a scheduling weight, not a limit)
 CORE_REQUEST = "250m"
+RUNTIME_UID = 185  # the runtime image's USER (the top-level Dockerfile)
 START_TIMEOUT = 420.0  # a Spark driver start on a loaded 2-core machine
 
 
@@ -166,6 +168,16 @@ def built_images(testbed: TestBed) -> str:
 
 
 @pytest.fixture
+def host_dir() -> Iterator[Path]:
+    """A fresh host directory for a pod's hostPath volume, removed after the test. Not under /tmp, where the driver
+    pod mounts an emptyDir over whatever the image has."""
+    path = Path("/var/tmp/streamjob-e2e") / uuid.uuid4().hex[:10]
+    path.mkdir(parents=True)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
 def s3_secret(core_v1: client.CoreV1Api, namespace: str, testbed: TestBed) -> str:
     assert testbed.s3 is not None
     core_v1.create_namespaced_secret(namespace, client.V1Secret(
@@ -202,6 +214,9 @@ def rate_job(name: str, testbed: TestBed, *, prefix: str, storage: str = "s3", *
         },
     }
     if storage != "s3":  # a file:// checkpoint needs a lasting volume mounted at it (hostPath: the test bed's disk)
+        # made here, owned by the image's user: a kubelet makes a missing hostPath as root, and fsGroup skips hostPath
+        Path(prefix).mkdir(parents=True, exist_ok=True)
+        os.chown(prefix, RUNTIME_UID, RUNTIME_UID)
         body["podTemplate"] = {"spec": {
             "containers": [{"name": "main", "volumeMounts": [{"name": "state", "mountPath": prefix}]}],
             "volumes": [{"name": "state", "hostPath": {"path": prefix, "type": "DirectoryOrCreate"}}],
@@ -466,7 +481,7 @@ def drivers(kube_api: client.ApiClient, namespace: str) -> Iterator[DriverCounte
     assert counter.max_seen <= 1, f"two driver pods existed at once: {counter.history}"
 
 
-def assert_runs_in_image(testbed: TestBed, namespace: str, pod: str, uid: int = 185, container: str | None = None) -> None:
+def assert_runs_in_image(testbed: TestBed, namespace: str, pod: str, uid: int = RUNTIME_UID, container: str | None = None) -> None:
     """The pod's container process runs inside its image's root filesystem, as the image's user.
 
     uid 185 is the top-level Dockerfile's USER, 65532 images/operator/Dockerfile's. On the process kubelet a

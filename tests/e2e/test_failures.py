@@ -25,6 +25,8 @@ from streamjob_e2e import (
     savepoint_manifest,
 )
 
+REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
+
 
 def test_an_upgrade_that_crashes_on_start_is_rolled_back_and_a_crashing_job_fails_when_its_policy_is_used_up(
     testbed: TestBed, operator: Operator, jobs: Jobs, drivers: DriverCounter, s3_secret: str, s3: Any, namespace: str,
@@ -69,10 +71,9 @@ def test_an_upgrade_that_crashes_on_start_is_rolled_back_and_a_crashing_job_fail
 
 
 def test_a_savepoint_failing_while_s3_is_down_keeps_the_old_job_and_the_upgrade_completes_when_s3_is_back(
-    testbed: TestBed, operator: Operator, jobs: Jobs, drivers: DriverCounter, s3_secret: str, tmp_path: Path,
+    testbed: TestBed, operator: Operator, jobs: Jobs, drivers: DriverCounter, s3_secret: str, host_dir: Path,
 ) -> None:
-    # not under /tmp: the driver pod mounts an emptyDir there; the kubelet's own dir stays visible
-    local = str(testbed.kubelet_dir / "files" / tmp_path.name / "job")
+    local = str(host_dir / "job")
     jobs.apply(rate_job("sp", testbed, prefix=local, storage="file", savepoint={"timeoutSeconds": 60}))
     jobs.wait_ready("sp")
     switch = S3Switch(testbed)

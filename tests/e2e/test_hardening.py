@@ -35,6 +35,8 @@ from streamjob_e2e import (
     savepoint_manifest,
 )
 
+REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
+
 UNKNOWN_IMAGE = "ghcr.io/streamjob/streamjob-runtme:0.1.1"  # a typo: not in the process kubelet's image table
 
 
