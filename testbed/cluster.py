@@ -382,6 +382,11 @@ class TestBed:
         files = [folder / f"{container}.log"] if container else sorted(folder.glob("*.log"))
         return "".join(f.read_text(errors="replace") for f in files if f.exists())
 
+    def busybox_image(self) -> str:
+        """A busybox image this bed's pods run: the real node's own (testbed.nodeimages); on the process kubelet any
+        busybox name, which it maps to the host's tools."""
+        return self.node.busybox_image() if self.node is not None else "busybox:1.36"
+
     def tag_runtime_image(self, *names: str) -> None:
         """Makes each of ``names`` run the runtime image scripts/build-images.sh built (as a registry's tags would),
         in every real node's image store. The process kubelet needs nothing: it maps a runtime name that was not

@@ -22,25 +22,30 @@ from testbed.waiting import wait_for
 
 from streamjob_e2e import IMAGE, DriverCounter, Jobs, Operator, assert_runs_in_image, rate_job
 
-TEMPLATE: dict[str, Any] = {
-    "metadata": {"labels": {"team": "payments"}, "annotations": {"example.com/owner": "payments"}},
-    "spec": {
-        "nodeSelector": {"streamjob.dev/testbed": "true"},
-        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "spark", "effect": "NoSchedule"}],
-        "containers": [
-            {"name": "main", "volumeMounts": [{"name": "scratch", "mountPath": "/tmp/streamjob-scratch"}]},
-            {"name": "log-shipper", "image": "busybox:1.36", "command": ["sleep", "3600"]},
-        ],
-        "volumes": [{"name": "scratch", "emptyDir": {}}],
-    },
-}
+REAL_NODE = True  # its pods run as containers of the built images on the real node (tests/conftest.py)
+
+
+def template(sidecar_image: str) -> dict[str, Any]:
+    """The pod template: labels, a nodeSelector every test bed node matches, a toleration, a volume and a sidecar."""
+    return {
+        "metadata": {"labels": {"team": "payments"}, "annotations": {"example.com/owner": "payments"}},
+        "spec": {
+            "nodeSelector": {"streamjob.dev/testbed": "true"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "spark", "effect": "NoSchedule"}],
+            "containers": [
+                {"name": "main", "volumeMounts": [{"name": "scratch", "mountPath": "/tmp/streamjob-scratch"}]},
+                {"name": "log-shipper", "image": sidecar_image, "command": ["sleep", "3600"]},
+            ],
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+        },
+    }
 
 
 def restrict(core: client.CoreV1Api, namespace: str) -> None:
     core.patch_namespace(namespace, {"metadata": {"labels": {
         "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}})
     plain = client.V1Pod(metadata=client.V1ObjectMeta(name="plain"),
-                         spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox:1.36")]))
+                         spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]))
 
     def refused() -> str | None:
         try:
@@ -72,7 +77,7 @@ def test_a_restricted_namespace_runs_the_lifecycle_with_a_pod_template(
 ) -> None:
     restrict(core_v1, namespace)
     prefix = f"e2e/{namespace}/pss-{uuid.uuid4().hex[:4]}"
-    jobs.apply(rate_job("pss", testbed, prefix=prefix, image=IMAGE, podTemplate=TEMPLATE, executor={"instances": 1, "memory": "512m"}))
+    jobs.apply(rate_job("pss", testbed, prefix=prefix, image=IMAGE, podTemplate=template(testbed.busybox_image()), executor={"instances": 1, "memory": "512m"}))
 
     def executors(driver: str) -> list[client.V1Pod]:
         pods = core_v1.list_namespaced_pod(namespace, label_selector="spark-role=executor").items
