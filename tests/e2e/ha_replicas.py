@@ -17,6 +17,7 @@ import signal
 import threading
 import uuid
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -176,7 +177,8 @@ class Partition:
     """A TCP proxy on 127.0.0.1 to the API server; ``cut`` drops every byte both ways and keeps connections open."""
 
     def __init__(self, testbed: TestBed, tmp_path: Path, name: str, user: str) -> None:
-        self.upstream = ("127.0.0.1", testbed.apiserver_port)
+        api = urllib.parse.urlsplit(testbed.api_url)  # 127.0.0.1, or the bridge's loopback alias on the real node
+        self.upstream = (api.hostname or "127.0.0.1", api.port or testbed.apiserver_port)
         self.cut_off = False
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)

@@ -29,6 +29,8 @@ from gitops_consumers import argo_health, kstatus, sanitized, write_yaml
 from streamjob_e2e import DEV_IMAGE, Jobs, JobWatch, Operator, rate_job
 from testbed import TestBed
 
+REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
+
 UNKNOWN_IMAGE = "ghcr.io/streamjob/streamjob-runtme:0.1.1"  # a typo: not in the process kubelet's image table
 
 # state captured -> (Argo CD health, kstatus)
@@ -113,7 +115,7 @@ def test_argo_health_and_kstatus_follow_a_job_through_its_lifecycle(
     files = {}
     for state, objs in captured.items():  # the testdata: the first version recorded in each state
         files[state] = out / f"captured-{state}.yaml"
-        write_yaml(files[state], sanitized(objs[0], namespace, {testbed.s3.endpoint: "http://s3.streaming.svc:7070"}))
+        write_yaml(files[state], sanitized(objs[0], namespace, {testbed.s3_endpoint_for_pods_and_host(): "http://s3.streaming.svc:7070"}))
     for state, path in files.items():
         text = path.read_text()
         assert testbed.s3.secret_key not in text and testbed.s3.access_key not in text, f"{path} holds an S3 credential"
