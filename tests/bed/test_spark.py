@@ -1,4 +1,4 @@
-"""Spark on the test bed: local mode through s3a://, and real Spark on Kubernetes with executor pods."""
+"""Spark on the test bed: local mode through s3a://, and real Spark on Kubernetes with executor pods on the real node."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from testbed import TestBed
 from testbed.waiting import wait_pod_phase
 
 RUNTIME_IMAGE = "ghcr.io/streamjob/streamjob-runtime:0.1.0"
+REAL_NODE = True  # the Kubernetes test's pods run as containers of the built image on the real node (tests/conftest.py)
 
 
-def test_spark_local_writes_and_reads_parquet_through_s3a(spark_local: Any, s3: Any) -> None:
+def test_spark_local_writes_and_reads_parquet_through_s3a(spark_local: Any, session_bed: TestBed) -> None:
+    s3 = session_bed.s3_client()  # the S3 the session's local Spark writes to
     prefix = f"spark-local-{uuid.uuid4().hex[:8]}"
     path = f"s3a://streamjob/{prefix}/events"
     rows = [(i, f"event-{i}") for i in range(20)]
@@ -70,7 +72,7 @@ def test_spark_on_kubernetes_runs_executor_pods_under_a_namespaced_role(
                 "image": RUNTIME_IMAGE,
                 "command": ["/opt/spark/bin/spark-submit"],
                 "args": [
-                    "--master", f"k8s://https://127.0.0.1:{testbed.apiserver_port}",
+                    "--master", "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)",
                     "--deploy-mode", "client",
                     "--driver-memory", "512m",
                     "--conf", "spark.kubernetes.driver.pod.name=driver",
@@ -101,6 +103,7 @@ def test_spark_on_kubernetes_runs_executor_pods_under_a_namespaced_role(
     assert len(executors) == 1, [p.metadata.name for p in executors]
     executor = executors[0]
     assert executor.metadata.owner_references[0].name == "driver"
-    assert executor.status.container_statuses[0].container_id.startswith("process://")
+    assert executor.status.container_statuses[0].container_id.startswith("containerd://")
+    assert executor.spec.node_name == testbed.node_name
     executor_log = testbed.pod_log(namespace, executor.metadata.name)
     assert "KubernetesExecutorBackend" in executor_log or "Successfully registered with driver" in executor_log, executor_log[-3000:]
