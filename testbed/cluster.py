@@ -319,6 +319,8 @@ class TestBed:
                 self.node.stop()
             except Exception as exc:
                 log.warning("Failed to stop the real node error=%s", exc)
+        if self.kafka is not None:  # KafkaBroker.restart() replaced its process
+            self._processes = [self.kafka.process if p.name == "kafka" else p for p in self._processes]
         for proc in reversed(self._processes):
             try:
                 proc.stop(timeout=30 if proc.name == "kubelet" else 10)
