@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's first command: sets everything up, starts the local test bed
 # (real kube-apiserver + etcd + controller-manager, an S3 server, a Kafka
-# broker, a process kubelet) in the background, installs the operator with its Helm chart,
+# broker, a real node: containerd, kubelet, CNI, kube-proxy, scheduler, CoreDNS) in the
+# background, installs the operator with its Helm chart (a pod of the built image),
 # produces the Kafka example's input, applies every examples/*.yaml, waits until every
 # StreamJob that should run is Ready (a committed batch: .status.ready == true), and
 # prints how to point kubectl at it. If one never gets there within DEV_READY_TIMEOUT
@@ -21,11 +22,12 @@ source .streamjob-env
 streamjob-testbed up --operator --kafka "$@"
 # shellcheck disable=SC1091
 source "$TESTBED_DIR/env"
-# the examples name these addresses: a test bed that had to take other ports cannot run them
-if [[ "$STREAMJOB_S3_ENDPOINT" != "http://127.0.0.1:9000" || "$STREAMJOB_KAFKA_BOOTSTRAP" != "127.0.0.1:9092" ]]; then
-  echo "dev: S3 is at $STREAMJOB_S3_ENDPOINT and Kafka at $STREAMJOB_KAFKA_BOOTSTRAP, but examples/*.yaml name" \
-    "http://127.0.0.1:9000 and 127.0.0.1:9092 (another program holds those ports: ss -ltnp 'sport = :9000 or sport = :9092');" \
-    "free them and run again (streamjob-testbed down first)" >&2
+# examples/kafka.yaml names the kafka Service's port 9093: a test bed that had to take another cannot run it
+kafka_for_pods="kafka.streamjob-testbed.svc.cluster.local:9093"
+if [[ "${STREAMJOB_KAFKA_BOOTSTRAP_FOR_PODS:-}" != "$kafka_for_pods" ]]; then
+  echo "dev: pods reach Kafka at ${STREAMJOB_KAFKA_BOOTSTRAP_FOR_PODS:-(none)}, but examples/kafka.yaml names" \
+    "$kafka_for_pods (another program holds port 9093: ss -ltnp 'sport = :9093');" \
+    "free it and run again (streamjob-testbed down first)" >&2
   exit 1
 fi
 # the Kafka example's input (examples/kafka.yaml: Kafka -> windows -> Kafka, exactly once)

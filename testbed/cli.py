@@ -3,14 +3,17 @@
 Called from the console (the README's run command) through the
 ``streamjob-testbed`` console script.
 
-    streamjob-testbed up [--apply FILE_OR_DIR ...] [--foreground] [--real-node]
+    streamjob-testbed up [--apply FILE_OR_DIR ...] [--foreground] [--operator] [--kafka] [--process-node]
     streamjob-testbed status
     streamjob-testbed down
 
 ``up`` starts the test bed in the background (or in the foreground until
 Ctrl-C / SIGTERM), writes the admin kubeconfig to ``.testbed/kubeconfig`` and
 the environment to ``.testbed/env`` in the repository, applies the given
-manifests with kubectl, and prints ``export KUBECONFIG=...``.
+manifests with kubectl, and prints ``export KUBECONFIG=...``. Its node is the real
+one (testbed.node) unless ``--process-node``; with ``--kafka`` on the real node it
+also writes the Secrets ``kafka-credentials`` and ``kafka-ca`` that examples/kafka.yaml
+names into the ``default`` namespace (the broker's password never leaves the cluster).
 """
 
 from __future__ import annotations
@@ -28,11 +31,23 @@ import threading
 import time
 from pathlib import Path
 
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
 from testbed import locate
 from testbed.cluster import TestBed, TestBedError
 from testbed.waiting import crds_established, wait_for
 
 log = logging.getLogger("streamjob-testbed")
+
+# S3's host port when free (the examples reach S3 through the s3 Service's port 9000 on the real node; on the
+# process node they would name 127.0.0.1:9000).
+DEV_S3_PORT = 9000
+DEV_KAFKA_PORT = 9092  # the host's plain listener: examples/jobs/kafka_events.py produces to it
+DEV_KAFKA_PODS_PORT = 9093  # the kafka Service's port (the PODS listener) that examples/kafka.yaml names
+DEV_NAMESPACE = "default"  # where the examples go (they name no namespace)
+DEV_KAFKA_TOPICS = ("events", "windows")
+OPERATOR_NAMESPACE = "streamjob-system"
 
 
 def state_dir() -> Path:
@@ -76,7 +91,27 @@ def _env_lines(bed: TestBed, kubeconfig: Path) -> list[str]:
         lines.append(f"export STREAMJOB_JARS_DIR={bed.jars_dir}")
     if bed.kafka:
         lines.append(f"export STREAMJOB_KAFKA_BOOTSTRAP={bed.kafka.bootstrap}")
+        if bed.kafka.pod_bootstrap:  # what a job's pods dial: SCRAM over TLS (the Secrets publish_kafka_secrets writes)
+            lines.append(f"export STREAMJOB_KAFKA_BOOTSTRAP_FOR_PODS={bed.kafka.pod_bootstrap}")
     return lines
+
+
+def publish_kafka_secrets(bed: TestBed, namespace: str = DEV_NAMESPACE) -> None:
+    """The Secrets a job's pods need for the broker's PODS listener, as on a cluster (Strimzi's user and cluster CA
+    Secrets): ``kafka-credentials`` (username, password) and ``kafka-ca`` (ca.crt, the test bed's CA)."""
+    assert bed.kafka is not None
+    (user, password), = bed.kafka.pod_users.items()
+    with bed.api_client() as api:
+        core = client.CoreV1Api(api)
+        for name, data in (("kafka-credentials", {"username": user, "password": password}),
+                           ("kafka-ca", {"ca.crt": bed.ca_file.read_text()})):
+            body = client.V1Secret(metadata=client.V1ObjectMeta(name=name), string_data=data)
+            try:
+                core.create_namespaced_secret(namespace, body)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+                core.replace_namespaced_secret(name, namespace, body)
 
 
 def apply_manifests(bed: TestBed, paths: list[str]) -> None:
@@ -97,11 +132,6 @@ def apply_manifests(bed: TestBed, paths: list[str]) -> None:
             wait_for(lambda: crds_established(kubectl, str(bed.kubeconfig)), 60, "the CRDs to be established")
 
 
-# The examples name this S3 endpoint (127.0.0.1:9000), so `up` prefers it.
-DEV_S3_PORT = 9000
-DEV_KAFKA_PORT = 9092  # examples/kafka.yaml names 127.0.0.1:9092
-DEV_KAFKA_TOPICS = ("events", "windows")
-OPERATOR_NAMESPACE = "streamjob-system"
 
 
 def install_operator(bed: TestBed) -> None:
@@ -136,20 +166,22 @@ def run_foreground(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    bed = TestBed(run_dir, s3_port=DEV_S3_PORT, kafka=args.kafka, kafka_port=DEV_KAFKA_PORT, kafka_topics=DEV_KAFKA_TOPICS,
-                  node="real" if args.real_node else "process")
+    bed = TestBed(run_dir, s3_port=DEV_S3_PORT, kafka=args.kafka, kafka_port=DEV_KAFKA_PORT, kafka_pods_port=DEV_KAFKA_PODS_PORT,
+                  kafka_topics=DEV_KAFKA_TOPICS, node="process" if args.process_node else "real")
     try:
         bed.start()
         kubeconfig = root / "kubeconfig"
         shutil.copyfile(bed.kubeconfig, kubeconfig)
         env_lines = _env_lines(bed, kubeconfig)
         (root / "env").write_text("\n".join(env_lines) + "\n")
-        if bed.s3 and not bed.s3.endpoint.endswith(f":{DEV_S3_PORT}"):
+        if bed.s3 and bed.node is None and not bed.s3.endpoint.endswith(f":{DEV_S3_PORT}"):
             print(f"streamjob-testbed: port {DEV_S3_PORT} was taken; S3 is at {bed.s3.endpoint}: "
                   "edit spec.s3.endpoint in the examples to match", file=sys.stderr)
-        if bed.kafka and not bed.kafka.bootstrap.endswith(f":{DEV_KAFKA_PORT}"):
-            print(f"streamjob-testbed: port {DEV_KAFKA_PORT} was taken; Kafka is at {bed.kafka.bootstrap}: "
+        if bed.kafka and bed.kafka.pod_bootstrap and not bed.kafka.pod_bootstrap.endswith(f":{DEV_KAFKA_PODS_PORT}"):
+            print(f"streamjob-testbed: port {DEV_KAFKA_PODS_PORT} was taken; pods reach Kafka at {bed.kafka.pod_bootstrap}: "
                   "edit the bootstrap servers in examples/kafka.yaml to match", file=sys.stderr)
+        if bed.kafka and bed.kafka.pod_bootstrap:
+            publish_kafka_secrets(bed)
         if args.operator:
             install_operator(bed)
         apply_manifests(bed, args.apply or [])
@@ -190,8 +222,8 @@ def run_background(args: argparse.Namespace, timeout: float = 300.0) -> int:
         argv.append("--operator")
     if args.kafka:
         argv.append("--kafka")
-    if args.real_node:
-        argv.append("--real-node")
+    if args.process_node:
+        argv.append("--process-node")
     for path in args.apply or []:
         argv += ["--apply", str(Path(path).resolve())]
     log_path = root / "up.log"
@@ -241,7 +273,7 @@ def status() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="streamjob-testbed", description="Local test bed: real kube-apiserver, S3, process kubelet.")
+    parser = argparse.ArgumentParser(prog="streamjob-testbed", description="Local test bed: real kube-apiserver, S3, a real node.")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start the test bed (in the background unless --foreground)")
     up.add_argument("--apply", action="append", metavar="FILE_OR_DIR", help="kubectl apply -f this once up (repeatable, in order)")
@@ -249,10 +281,13 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--operator", action="store_true",
                     help="install the operator with its Helm chart (CRDs included) before applying manifests")
     up.add_argument("--kafka", action="store_true",
-                    help=f"also start a Kafka broker (KRaft) on 127.0.0.1:{DEV_KAFKA_PORT} with the topics {', '.join(DEV_KAFKA_TOPICS)}")
+                    help=f"also start a Kafka broker (KRaft) on 127.0.0.1:{DEV_KAFKA_PORT} with the topics {', '.join(DEV_KAFKA_TOPICS)}, "
+                         f"reached by pods through the kafka Service on port {DEV_KAFKA_PODS_PORT}")
     up.add_argument("--real-node", action="store_true",
-                    help="run a real node (containerd, kubelet, kube-proxy, scheduler, CoreDNS on a bridge inside this "
-                         "machine: docs/testbed.md) instead of the process kubelet")
+                    help="the default: a real node (containerd, kubelet, kube-proxy, scheduler, CoreDNS on a bridge inside this "
+                         "machine: docs/testbed.md)")
+    up.add_argument("--process-node", action="store_true",
+                    help="the process kubelet instead of the real node (retiring: docs/testbed.md)")
     up.add_argument("manifests", nargs="*", help="more manifests to apply, after --apply ones (lets a shell glob follow --apply)")
     sub.add_parser("down", help="stop a test bed started with up")
     sub.add_parser("status", help="print the running test bed's endpoints")

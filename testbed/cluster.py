@@ -65,6 +65,7 @@ class TestBed:
         s3_port: int | None = None,
         kafka: bool = False,
         kafka_port: int | None = None,
+        kafka_pods_port: int | None = None,
         kafka_topics: tuple[str, ...] = (),
         node: str = "process",
         nodes: int = 1,
@@ -81,6 +82,7 @@ class TestBed:
         self.s3_port = s3_port
         self.with_kafka = kafka
         self.kafka_port = kafka_port
+        self.kafka_pods_port = kafka_pods_port  # preferred port of the PODS listener (real node), as kafka_port
         self.kafka_topics = kafka_topics
         self.kafka: KafkaBroker | None = None
         self.run_dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="streamjob-testbed-"))
@@ -188,7 +190,7 @@ class TestBed:
                 keystore = pki.server_keystore(self.run_dir / "pki", certs.ca, "kafka-pods", (podnet.kafka_host(),), store_password)
                 pods = PodListener(BRIDGE_IP, podnet.kafka_host(), {KAFKA_POD_USER: secrets.token_hex(16)}, keystore, store_password)
             self.kafka = start_kafka(locate.kafka_dir(), self.run_dir / "kafka", preferred_port=self.kafka_port,
-                                     pod_listener=pods)
+                                     pod_listener=pods, preferred_pods_port=self.kafka_pods_port)
             self._processes.append(self.kafka.process)
             for topic in self.kafka_topics:
                 self.kafka.create_topic(topic)

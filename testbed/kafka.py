@@ -197,14 +197,15 @@ def cluster_id() -> str:
 
 def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, preferred_port: int | None = None,
                 sasl_users: Mapping[str, str] | None = None, settings: Mapping[str, str] | None = None,
-                pod_listener: PodListener | None = None) -> KafkaBroker:
+                pod_listener: PodListener | None = None, preferred_pods_port: int | None = None) -> KafkaBroker:
     """Formats a fresh KRaft log directory under `node_dir` and starts the node on free ports
     (the broker listener on `preferred_port` when it is free: the dev examples name 127.0.0.1:9092).
     With `sasl_users` (name -> password) it also opens a SASL_PLAINTEXT listener on loopback that
     authenticates them with PLAIN (`KafkaBroker.sasl_bootstrap`); no authorizer, so an authenticated
     user may do anything. `settings` are server.properties entries over the defaults (a test's
     own broker: say, a short offsets.retention.minutes). With `pod_listener` it also opens the
-    PODS listener (module docstring; `KafkaBroker.pod_bootstrap`)."""
+    PODS listener (module docstring; `KafkaBroker.pod_bootstrap`), on `preferred_pods_port` when it is free
+    (the dev examples name the kafka Service's port 9093)."""
     java = shutil.which("java")
     if java is None:
         raise ComponentError("java is not on PATH (the Kafka broker needs Java 17)")
@@ -225,7 +226,8 @@ def start_kafka(jars_dir: Path, node_dir: Path, *, timeout: float = 120.0, prefe
         if sasl_users:
             chosen["sasl"] = free_port()
         if pod_listener is not None:
-            chosen["pods"] = free_port()
+            chosen["pods"] = (preferred_pods_port if preferred_pods_port and first and port_is_free(preferred_pods_port)
+                              else free_port())
         pods = (pod_listener, chosen["pods"]) if pod_listener is not None else None
         config.write_text(_properties(node_dir, chosen["broker"], chosen["controller"], chosen.get("sasl"), sasl_users, settings,
                                       pods))
