@@ -35,6 +35,8 @@ from streamjob_operator.k8s.clients import S3Limits
 
 from streamjob_e2e import Jobs, Operator, kill_driver_process, rate_job
 
+REAL_NODE = True  # its drivers run as containers on the real node (tests/conftest.py)
+
 WORKERS = 4
 BLACKHOLED_JOBS = 2 * WORKERS
 # The bound on the kill -> replacement pod recorded: below botocore's 60 s read timeout, so an operator whose
@@ -108,7 +110,8 @@ def test_jobs_on_a_blackholed_s3_endpoint_do_not_delay_a_healthy_jobs_restart(
     # then the tenants with the blackholed endpoint (before, they kept the healthy job from being seen ready at all)
     stuck = [f"stuck-{i}" for i in range(BLACKHOLED_JOBS)]
     for name in stuck:
-        jobs.apply(rate_job(name, testbed, prefix=f"e2e/{namespace}/{name}", image="busybox:1.36",
+        jobs.apply(rate_job(name, testbed, prefix=f"e2e/{namespace}/{name}", image=testbed.busybox_image(),
+                            driver={"coreRequest": "10m"},  # eight of them beside the healthy job on 2 CPUs
                             s3={"endpoint": blackhole.endpoint}, restartPolicy={"type": "Never"}))
 
     # every blackholed job's driver has exited, so each of its passes reads its checkpoint on the endpoint, and the
