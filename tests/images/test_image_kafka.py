@@ -1,7 +1,8 @@
 """The runtime image's Kafka support: the connector jars of images/runtime/kafka-jars.txt are in
 Spark's jar directory, and Spark inside the image reads and writes the test bed's broker with
 them (the roundtrip of tests/kafka, with no jar added: only the image's /opt/spark/jars), and
-confluent-kafka (the exactly-once sink's client) is installed.
+confluent-kafka (the exactly-once sink's client) is installed. The image runs in the real node's
+containerd (``RealNode.run_image``, the host's network: the broker is on loopback).
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ import json
 import uuid
 from pathlib import Path
 
-from testbed import imagestore
-from testbed.kubelet import imagerun
+from testbed import TestBed, imagestore
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME = imagestore.runtime_image()
 RECORDS = 200
+REAL_NODE = True  # the image runs in the real node's containerd (tests/conftest.py)
 
 
 def listed_jars() -> set[str]:
@@ -24,16 +25,18 @@ def listed_jars() -> set[str]:
     return {f"{c.split(':')[1]}-{c.split(':')[2]}.jar" for c in coordinates}
 
 
-def test_runtime_image_has_the_listed_kafka_jars_and_confluent_kafka(tmp_path: Path) -> None:
-    result = imagerun.run(RUNTIME, ["sh", "-c", "ls $SPARK_HOME/jars; python3 -c 'import confluent_kafka, importlib.metadata as m; "
-                                    "print(\"confluent-kafka\", m.version(\"confluent-kafka\"))'"], tmp_path)
+def test_runtime_image_has_the_listed_kafka_jars_and_confluent_kafka(testbed: TestBed) -> None:
+    assert testbed.node is not None
+    result = testbed.node.run_image(RUNTIME, ["sh", "-c", "ls $SPARK_HOME/jars; python3 -c 'import confluent_kafka, importlib.metadata as m; "
+                                              "print(\"confluent-kafka\", m.version(\"confluent-kafka\"))'"])
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert listed_jars() <= set(lines), sorted(set(lines) & {j for j in lines if "kafka" in j or "pool" in j})
     assert lines[-1] == "confluent-kafka 2.16.1", lines[-1]  # images/constraints.txt
 
 
-def test_spark_in_the_runtime_image_reads_and_writes_kafka(kafka_broker, tmp_path: Path) -> None:
+def test_spark_in_the_runtime_image_reads_and_writes_kafka(kafka_broker, testbed: TestBed, tmp_path: Path) -> None:
+    assert testbed.node is not None
     source = kafka_broker.create_topic(f"image-in-{uuid.uuid4().hex[:6]}", partitions=2)
     target = kafka_broker.create_topic(f"image-out-{uuid.uuid4().hex[:6]}", partitions=2)
     scratch = tmp_path / "tmp"
@@ -42,8 +45,8 @@ def test_spark_in_the_runtime_image_reads_and_writes_kafka(kafka_broker, tmp_pat
     mounts = ((str(REPO / "tests" / "kafka"), "/kafka", True), (str(scratch), "/tmp", False))
     # STREAMJOB_JARS_DIR names no directory: the job adds no jar, Spark has only the image's own
     env = {"STREAMJOB_JARS_DIR": "/nonexistent", "SPARK_LOCAL_IP": "127.0.0.1"}
-    result = imagerun.run(RUNTIME, ["python3", "/kafka/kafka_roundtrip_job.py", kafka_broker.bootstrap, source, target,
-                                    "/tmp/checkpoint", str(RECORDS)], tmp_path / "run", env=env, mounts=mounts, timeout=480)
+    result = testbed.node.run_image(RUNTIME, ["python3", "/kafka/kafka_roundtrip_job.py", kafka_broker.bootstrap, source, target,
+                                              "/tmp/checkpoint", str(RECORDS)], env=env, mounts=mounts, timeout=480)
     assert result.returncode == 0, f"exit {result.returncode}:\n{result.stderr[-4000:]}"
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen == {"spark": "4.3.0", "batch": list(range(RECORDS)), "streamed": RECORDS}
