@@ -132,8 +132,6 @@ def apply_manifests(bed: TestBed, paths: list[str]) -> None:
             wait_for(lambda: crds_established(kubectl, str(bed.kubeconfig)), 60, "the CRDs to be established")
 
 
-
-
 def install_operator(bed: TestBed) -> None:
     """Installs the operator with its Helm chart: the kubelet runs it as a pod,
     under the chart's service account, exactly as on a cluster."""
