@@ -169,10 +169,12 @@ def built_images(testbed: TestBed) -> str:
 
 @pytest.fixture
 def host_dir() -> Iterator[Path]:
-    """A fresh host directory for a pod's hostPath volume, removed after the test. Not under /tmp, where the driver
-    pod mounts an emptyDir over whatever the image has."""
+    """A fresh host directory for a pod's hostPath volume, owned by the runtime image's user (a kubelet makes a missing
+    hostPath as root, and fsGroup skips hostPath), removed after the test. Not under /tmp, where the driver pod mounts
+    an emptyDir over whatever the image has."""
     path = Path("/var/tmp/streamjob-e2e") / uuid.uuid4().hex[:10]
     path.mkdir(parents=True)
+    os.chown(path, RUNTIME_UID, RUNTIME_UID)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -213,10 +215,7 @@ def rate_job(name: str, testbed: TestBed, *, prefix: str, storage: str = "s3", *
             }
         },
     }
-    if storage != "s3":  # a file:// checkpoint needs a lasting volume mounted at it (hostPath: the test bed's disk)
-        # made here, owned by the image's user: a kubelet makes a missing hostPath as root, and fsGroup skips hostPath
-        Path(prefix).mkdir(parents=True, exist_ok=True)
-        os.chown(prefix, RUNTIME_UID, RUNTIME_UID)
+    if storage != "s3":  # a file:// checkpoint needs a lasting volume mounted at it (hostPath: ``host_dir``)
         body["podTemplate"] = {"spec": {
             "containers": [{"name": "main", "volumeMounts": [{"name": "state", "mountPath": prefix}]}],
             "volumes": [{"name": "state", "hostPath": {"path": prefix, "type": "DirectoryOrCreate"}}],

@@ -73,7 +73,7 @@ def test_an_upgrade_that_crashes_on_start_is_rolled_back_and_a_crashing_job_fail
 def test_a_savepoint_failing_while_s3_is_down_keeps_the_old_job_and_the_upgrade_completes_when_s3_is_back(
     testbed: TestBed, operator: Operator, jobs: Jobs, drivers: DriverCounter, s3_secret: str, host_dir: Path,
 ) -> None:
-    local = str(host_dir / "job")
+    local = str(host_dir)
     jobs.apply(rate_job("sp", testbed, prefix=local, storage="file", savepoint={"timeoutSeconds": 60}))
     jobs.wait_ready("sp")
     switch = S3Switch(testbed)
