@@ -147,17 +147,11 @@ build() {  # name dockerfile kind
 build "$OPERATOR_IMAGE" images/operator/Dockerfile operator
 build "$RUNTIME_IMAGE" Dockerfile runtime
 
-# 4. what earlier builds left: the test bed's working containers (testbed/imagestore.py,
-#    streamjob-rootfs-<image id>) of images no longer named, so the store does not grow
-#    with every source change. A container of an image still named (a test's release tag)
-#    stays. Unnamed images are kept: they are buildah's layer cache for the next build.
-named=$("${B[@]}" images --noheading --no-trunc --format '{{.ID}} {{.Name}}' 2>/dev/null \
-  | awk '$2 != "<none>" { sub(/^sha256:/, "", $1); print $1 }' | sort -u)
+# 4. what the retired process kubelet left in the store: its working containers (streamjob-rootfs-<image id>),
+#    one unpacked image each. Unnamed images are kept: they are buildah's layer cache for the next build.
 "${B[@]}" containers --noheading --format '{{.ContainerName}}' 2>/dev/null | { grep '^streamjob-rootfs-' || true; } \
   | while read -r container; do
-      if ! grep -q "^${container#streamjob-rootfs-}" <<<"$named"; then
-        say "removing $container (its image is no longer named)"
-        "${B[@]}" rm "$container" >/dev/null 2>&1 || true
-      fi
+      say "removing $container (a working container of the retired process kubelet)"
+      "${B[@]}" rm "$container" >/dev/null 2>&1 || true
     done
 echo "$IMAGES"

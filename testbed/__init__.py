@@ -1,4 +1,4 @@
-"""The StreamJob test bed: real Kubernetes control plane, S3 and a process kubelet on loopback.
+"""The StreamJob test bed: real Kubernetes control plane, S3, Kafka and a real node on this machine.
 
 Used by tests (``tests/conftest.py``) and by developers (``streamjob-testbed up``).
 The operator never imports this package.

@@ -3,16 +3,15 @@
 Called from the console (the README's run command) through the
 ``streamjob-testbed`` console script.
 
-    streamjob-testbed up [--apply FILE_OR_DIR ...] [--foreground] [--operator] [--kafka] [--process-node]
+    streamjob-testbed up [--apply FILE_OR_DIR ...] [--foreground] [--operator] [--kafka]
     streamjob-testbed status
     streamjob-testbed down
 
 ``up`` starts the test bed in the background (or in the foreground until
 Ctrl-C / SIGTERM), writes the admin kubeconfig to ``.testbed/kubeconfig`` and
 the environment to ``.testbed/env`` in the repository, applies the given
-manifests with kubectl, and prints ``export KUBECONFIG=...``. Its node is the real
-one (testbed.node) unless ``--process-node``; with ``--kafka`` on the real node it
-also writes the Secrets ``kafka-credentials`` and ``kafka-ca`` that examples/kafka.yaml
+manifests with kubectl, and prints ``export KUBECONFIG=...``. Its node is a real
+one (testbed.node); with ``--kafka`` it also writes the Secrets ``kafka-credentials`` and ``kafka-ca`` that examples/kafka.yaml
 names into the ``default`` namespace (the broker's password never leaves the cluster).
 """
 
@@ -40,8 +39,7 @@ from testbed.waiting import crds_established, wait_for
 
 log = logging.getLogger("streamjob-testbed")
 
-# S3's host port when free (the examples reach S3 through the s3 Service's port 9000 on the real node; on the
-# process node they would name 127.0.0.1:9000).
+# S3's port when free (the examples reach S3 through the s3 Service's port 9000)
 DEV_S3_PORT = 9000
 DEV_KAFKA_PORT = 9092  # the host's plain listener: examples/jobs/kafka_events.py produces to it
 DEV_KAFKA_PODS_PORT = 9093  # the kafka Service's port (the PODS listener) that examples/kafka.yaml names
@@ -165,16 +163,13 @@ def run_foreground(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     bed = TestBed(run_dir, s3_port=DEV_S3_PORT, kafka=args.kafka, kafka_port=DEV_KAFKA_PORT, kafka_pods_port=DEV_KAFKA_PODS_PORT,
-                  kafka_topics=DEV_KAFKA_TOPICS, node="process" if args.process_node else "real")
+                  kafka_topics=DEV_KAFKA_TOPICS)
     try:
         bed.start()
         kubeconfig = root / "kubeconfig"
         shutil.copyfile(bed.kubeconfig, kubeconfig)
         env_lines = _env_lines(bed, kubeconfig)
         (root / "env").write_text("\n".join(env_lines) + "\n")
-        if bed.s3 and bed.node is None and not bed.s3.endpoint.endswith(f":{DEV_S3_PORT}"):
-            print(f"streamjob-testbed: port {DEV_S3_PORT} was taken; S3 is at {bed.s3.endpoint}: "
-                  "edit spec.s3.endpoint in the examples to match", file=sys.stderr)
         if bed.kafka and bed.kafka.pod_bootstrap and not bed.kafka.pod_bootstrap.endswith(f":{DEV_KAFKA_PODS_PORT}"):
             print(f"streamjob-testbed: port {DEV_KAFKA_PODS_PORT} was taken; pods reach Kafka at {bed.kafka.pod_bootstrap}: "
                   "edit the bootstrap servers in examples/kafka.yaml to match", file=sys.stderr)
@@ -220,8 +215,6 @@ def run_background(args: argparse.Namespace, timeout: float = 300.0) -> int:
         argv.append("--operator")
     if args.kafka:
         argv.append("--kafka")
-    if args.process_node:
-        argv.append("--process-node")
     for path in args.apply or []:
         argv += ["--apply", str(Path(path).resolve())]
     log_path = root / "up.log"
@@ -281,11 +274,6 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--kafka", action="store_true",
                     help=f"also start a Kafka broker (KRaft) on 127.0.0.1:{DEV_KAFKA_PORT} with the topics {', '.join(DEV_KAFKA_TOPICS)}, "
                          f"reached by pods through the kafka Service on port {DEV_KAFKA_PODS_PORT}")
-    up.add_argument("--real-node", action="store_true",
-                    help="the default: a real node (containerd, kubelet, kube-proxy, scheduler, CoreDNS on a bridge inside this "
-                         "machine: docs/testbed.md)")
-    up.add_argument("--process-node", action="store_true",
-                    help="the process kubelet instead of the real node (retiring: docs/testbed.md)")
     up.add_argument("manifests", nargs="*", help="more manifests to apply, after --apply ones (lets a shell glob follow --apply)")
     sub.add_parser("down", help="stop a test bed started with up")
     sub.add_parser("status", help="print the running test bed's endpoints")

@@ -1,12 +1,12 @@
 """The test bed as one object: start every real component on loopback, expose how to reach them, stop.
 
-Called by ``tests/conftest.py`` (one test bed per pytest session) and by
+Called by ``tests/conftest.py`` (the session's test bed, and a module's own) and by
 ``testbed.cli`` (``streamjob-testbed up``). Components, in start order: etcd,
 kube-apiserver (RBAC on), kube-controller-manager, versitygw (S3), Kafka
-(KRaft, when asked for), then the node: the process kubelet (``testbed/kubelet/``) by default, or with
-``node="real"`` a real one (``testbed.node``: containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS on
-a bridge inside this machine; the API server and S3 then bind to the bridge's address, where pods reach them,
-and host clients dial its loopback alias: ``testbed.podnet``).
+(KRaft, when asked for), then the node: a real one (``testbed.node``: containerd, kubelet, kube-proxy,
+kube-scheduler, CoreDNS on a bridge inside this machine; the API server and S3 bind to the bridge's address,
+where pods reach them, and host clients dial its loopback alias: ``testbed.podnet``), and with ``nodes=2`` a
+second (``testbed.secondnode``).
 Everything lives in one run directory (certs, kubeconfigs, data, logs), kept when something fails.
 """
 
@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -28,7 +26,7 @@ from typing import Any
 from kubernetes import client, config
 
 from testbed import kubeconfig as kubeconfig_file
-from testbed import imagestore, locate, pki, podnet, rbac, spark
+from testbed import imagestore, locate, pki, podnet, spark
 from testbed.kafka import KafkaBroker, PodListener, start_kafka
 from testbed.control_plane import start_apiserver, start_controller_manager, start_etcd
 from testbed.node import BRIDGE_IP, NodeError, RealNode
@@ -40,7 +38,6 @@ from testbed.s3 import client as s3_client
 log = logging.getLogger(__name__)
 
 NODE_NAME = "testbed-node"
-NODE_KINDS = ("process", "real")
 DEFAULT_BUCKETS = ("streamjob",)
 KAFKA_POD_USER = "streamjob"  # the SCRAM-SHA-512 user of the broker's PODS listener (real node)
 
@@ -67,15 +64,11 @@ class TestBed:
         kafka_port: int | None = None,
         kafka_pods_port: int | None = None,
         kafka_topics: tuple[str, ...] = (),
-        node: str = "process",
         nodes: int = 1,
     ) -> None:
-        if node not in NODE_KINDS:
-            raise ValueError(f"node must be one of {NODE_KINDS}, not {node!r}")
-        if nodes not in (1, 2) or (nodes == 2 and node != "real"):
-            raise ValueError(f"nodes must be 1, or 2 with node='real' (a second real node, testbed.secondnode), not {nodes}")
-        self.node_kind = node
-        self.node: RealNode | None = None
+        if nodes not in (1, 2):
+            raise ValueError(f"nodes must be 1, or 2 (a second real node, testbed.secondnode), not {nodes}")
+        self.node: RealNode | None = None  # set by start()
         # the second real node (nodes=2): named f"{node_name}-2", started once the first is Ready
         self.second_node: SecondNode | None = None
         self.nodes = nodes
@@ -93,7 +86,6 @@ class TestBed:
         # JSON lines, one per request of a service account (testbed.control_plane.AUDIT_POLICY)
         self.audit_log = self.log_dir / "audit.jsonl"
         self.ca_file = self.run_dir / "pki" / "ca.crt"
-        self.kubelet_dir = self.run_dir / "kubelet"
         self.api_url = ""
         self.apiserver_port = 0
         self.s3: S3Credentials | None = None
@@ -126,14 +118,11 @@ class TestBed:
         deadline = time.monotonic() + timeout
         bins = locate.bin_dir()
         self.jars_dir = locate.jars_dir()
-        real = self.node_kind == "real"
-        if real:
-            # first: the machine's node lock (a second test bed stops here, having changed
-            # nothing), the sweep of a crashed run's leftovers, the bridge the API server binds to
-            self.node = RealNode(self.log_dir, self.node_name)
-            self.node.claim()
-        certs = pki.generate(self.run_dir / "pki", node_name=self.node_name,
-                             extra_sans=(BRIDGE_IP, podnet.HOST_ALIAS) if real else ())
+        # first: the machine's node lock (a second test bed stops here, having changed
+        # nothing), the sweep of a crashed run's leftovers, the bridge the API server binds to
+        self.node = RealNode(self.log_dir, self.node_name)
+        self.node.claim()
+        certs = pki.generate(self.run_dir / "pki", node_name=self.node_name, extra_sans=(BRIDGE_IP, podnet.HOST_ALIAS))
 
         etcd = start_etcd(bins / "etcd", self.run_dir / "etcd", self.log_dir / "etcd.log")
         self._processes.append(etcd.process)
@@ -145,21 +134,17 @@ class TestBed:
             work_dir=self.run_dir / "apiserver",
             log_path=self.log_dir / "kube-apiserver.log",
             audit_log=self.audit_log,
-            bind_address=BRIDGE_IP if real else "127.0.0.1",
+            bind_address=BRIDGE_IP,
         )
         self._processes.append(apiserver.process)
         # host clients dial the loopback alias of the bridge's address, never the bridge itself (testbed.podnet)
-        self.api_url = apiserver.url.replace(BRIDGE_IP, podnet.HOST_ALIAS) if real else apiserver.url
+        self.api_url = apiserver.url.replace(BRIDGE_IP, podnet.HOST_ALIAS)
         self.apiserver_port = apiserver.port
 
         kubeconfig_file.write(self.kubeconfig, server=self.api_url, ca_file=certs.ca.cert, client=certs.admin, user="streamjob-admin")
         kcm_config = kubeconfig_file.write(
             self.run_dir / "controller-manager.kubeconfig",
             server=self.api_url, ca_file=certs.ca.cert, client=certs.controller_manager, user="system:kube-controller-manager",
-        )
-        kubelet_config = kubeconfig_file.write(
-            self.run_dir / "kubelet.kubeconfig",
-            server=self.api_url, ca_file=certs.ca.cert, client=certs.kubelet, user=f"system:node:{self.node_name}",
         )
 
         kcm = start_controller_manager(
@@ -171,51 +156,39 @@ class TestBed:
         )
         self._processes.append(kcm)
 
-        if not real:
-            with self.api_client() as api:
-                rbac.install(api, self.node_name)
-
         s3 = start_s3(bins / "versitygw", data_dir=self.run_dir / "s3", log_path=self.log_dir / "s3.log", buckets=self.buckets,
-                      preferred_port=self.s3_port, bind_host=BRIDGE_IP if real else "127.0.0.1",
-                      client_host=podnet.HOST_ALIAS if real else "127.0.0.1")
+                      preferred_port=self.s3_port, bind_host=BRIDGE_IP, client_host=podnet.HOST_ALIAS)
         self._processes.append(s3.process)
         self.s3 = s3.credentials
 
         if self.with_kafka:
-            # on the real node pods reach the broker too: the PODS listener, TLS with a cert of the run's CA,
-            # one SCRAM user, passwords fresh per test bed
-            pods = None
-            if real:
-                store_password = secrets.token_hex(16)
-                keystore = pki.server_keystore(self.run_dir / "pki", certs.ca, "kafka-pods", (podnet.kafka_host(),), store_password)
-                pods = PodListener(BRIDGE_IP, podnet.kafka_host(), {KAFKA_POD_USER: secrets.token_hex(16)}, keystore, store_password)
+            # pods reach the broker too: the PODS listener, TLS with a cert of the run's CA, one SCRAM user,
+            # passwords fresh per test bed
+            store_password = secrets.token_hex(16)
+            keystore = pki.server_keystore(self.run_dir / "pki", certs.ca, "kafka-pods", (podnet.kafka_host(),), store_password)
+            pods = PodListener(BRIDGE_IP, podnet.kafka_host(), {KAFKA_POD_USER: secrets.token_hex(16)}, keystore, store_password)
             self.kafka = start_kafka(locate.kafka_dir(), self.run_dir / "kafka", preferred_port=self.kafka_port,
                                      pod_listener=pods, preferred_pods_port=self.kafka_pods_port)
             self._processes.append(self.kafka.process)
             for topic in self.kafka_topics:
                 self.kafka.create_topic(topic)
 
-        if self.node is not None:
-            started = time.monotonic()
-            self.node.start(api_url=self.api_url, certs=certs, pki_dir=self.run_dir / "pki",
-                            admin_kubeconfig=self.kubeconfig, deadline=deadline)
-            assert self.node.kubelet is not None
-            deadline = max(deadline, time.monotonic() + 120)  # the node's first image imports take minutes
-            self._wait_cluster_ready(self.node.kubelet, kcm, deadline)
-            self.node.wait_ready(max(10.0, deadline - time.monotonic()))
-            self.node.timings["ready"] = time.monotonic() - started
-            assert self.s3 is not None
-            with self.api_client() as api:
-                podnet.publish(api, s3_port=int(self.s3.endpoint.rsplit(":", 1)[1]),
-                               kafka_pods_port=int(self.kafka.pod_bootstrap.rsplit(":", 1)[1])
-                               if self.kafka and self.kafka.pod_bootstrap else None)
-            log.info("Real node ready timings=%s", {k: round(v, 1) for k, v in self.node.timings.items()})
-            if self.nodes == 2:
-                self._start_second_node(certs, kcm)
-        else:
-            kubelet = self._start_kubelet(kubelet_config, certs)
-            self._processes.append(kubelet)
-            self._wait_cluster_ready(kubelet, kcm, deadline)
+        started = time.monotonic()
+        self.node.start(api_url=self.api_url, certs=certs, pki_dir=self.run_dir / "pki",
+                        admin_kubeconfig=self.kubeconfig, deadline=deadline)
+        assert self.node.kubelet is not None
+        deadline = max(deadline, time.monotonic() + 120)  # the node's first image imports take minutes
+        self._wait_cluster_ready(self.node.kubelet, kcm, deadline)
+        self.node.wait_ready(max(10.0, deadline - time.monotonic()))
+        self.node.timings["ready"] = time.monotonic() - started
+        assert self.s3 is not None
+        with self.api_client() as api:
+            podnet.publish(api, s3_port=int(self.s3.endpoint.rsplit(":", 1)[1]),
+                           kafka_pods_port=int(self.kafka.pod_bootstrap.rsplit(":", 1)[1])
+                           if self.kafka and self.kafka.pod_bootstrap else None)
+        log.info("Real node ready timings=%s", {k: round(v, 1) for k, v in self.node.timings.items()})
+        if self.nodes == 2:
+            self._start_second_node(certs, kcm)
         self._write_info()
 
     def _start_second_node(self, certs: pki.Pki, kcm: ManagedProcess) -> None:
@@ -231,34 +204,6 @@ class TestBed:
         self._wait_cluster_ready(self.second_node.kubelet, kcm, deadline, self.second_node.node_name)
         self.second_node.timings["ready"] = time.monotonic() - started
         log.info("Second node ready timings=%s", {k: round(v, 1) for k, v in self.second_node.timings.items()})
-
-    def _start_kubelet(self, kubelet_config: Path, certs: pki.Pki) -> ManagedProcess:
-        # The package is put on the path through a folder holding only it: the
-        # repository root must not be on sys.path (its operator/ folder would
-        # shadow the standard library's operator module).
-        shim = self.run_dir / "pythonpath"
-        shim.mkdir(exist_ok=True)
-        link = shim / "testbed"
-        if not link.exists():
-            link.symlink_to(Path(__file__).resolve().parent)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(shim)] + [p for p in [env.get("PYTHONPATH")] if p])
-        argv = [
-            sys.executable,
-            "-m",
-            "testbed.kubelet",
-            f"--kubeconfig={kubelet_config}",
-            f"--node-name={self.node_name}",
-            f"--state-dir={self.kubelet_dir}",
-            f"--apiserver-port={self.apiserver_port}",
-            f"--tls-cert-file={certs.kubelet_serving.cert}",
-            f"--tls-private-key-file={certs.kubelet_serving.key}",
-            f"--client-ca-file={certs.ca.cert}",
-        ]
-        if self.jars_dir:
-            argv.append(f"--jars-dir={self.jars_dir}")
-        self.kubelet_dir.mkdir(parents=True, exist_ok=True)
-        return ManagedProcess("kubelet", argv, self.log_dir / "kubelet.log", env=env, cwd=self.kubelet_dir)
 
     def _wait_cluster_ready(self, kubelet: ManagedProcess, kcm: ManagedProcess, deadline: float,
                             node_name: str | None = None) -> None:
@@ -300,9 +245,8 @@ class TestBed:
             "run_dir": str(self.run_dir),
             "log_dir": str(self.log_dir),
             "audit_log": str(self.audit_log),
-            "pod_logs_dir": str(self.node.pod_logs_dir if self.node else self.kubelet_dir / "logs"),
+            "pod_logs_dir": str(self.pod_logs_dir),
             "node_name": self.node_name,
-            "node": self.node_kind,
             "pids": {p.name: p.pid for p in self._processes + (self.node.processes if self.node else [])},
             "second_node": self.second_node.node_name if self.second_node else None,
         }
@@ -345,20 +289,16 @@ class TestBed:
         return s3_client(self.s3)
 
     def s3_endpoint_for_pods(self) -> str:
-        """Where a pod reaches S3: on the real node the ``s3`` Service's name (testbed.podnet), which
-        host processes cannot resolve; on the process kubelet, whose pods share the host's network,
-        the host's own endpoint."""
+        """Where a pod reaches S3: the ``s3`` Service's name (testbed.podnet), which host processes cannot resolve."""
         assert self.s3 is not None, "the test bed is not started"
-        return podnet.s3_endpoint_for_pods() if self.node_kind == "real" else self.s3.endpoint
+        return podnet.s3_endpoint_for_pods()
 
     def s3_endpoint_for_pods_and_host(self) -> str:
-        """An S3 endpoint for a StreamJob whose operator runs on the host (it reads checkpoints and
-        deletes savepoints with the spec's endpoint): on the real node the bridge's address, which
-        pods and the host both reach while the node runs (host processes that dial it, like those
-        that dial pod IPs, stop before the node: testbed.podnet's guard goes with it)."""
+        """An S3 endpoint for a StreamJob whose operator runs on the host (it reads checkpoints and deletes
+        savepoints with the spec's endpoint): the bridge's address, which pods and the host both reach while the
+        node runs (host processes that dial it, like those that dial pod IPs, stop before the node: testbed.podnet's
+        guard goes with it)."""
         assert self.s3 is not None, "the test bed is not started"
-        if self.node_kind != "real":
-            return self.s3.endpoint
         return self.s3.endpoint.replace(podnet.HOST_ALIAS, BRIDGE_IP)
 
     def spark_s3a_conf(self) -> dict[str, str]:
@@ -366,35 +306,29 @@ class TestBed:
         assert self.s3 is not None, "the test bed is not started"
         return spark.s3a_conf(self.s3, self.jars_dir)
 
-    def pod_log_dir(self, namespace: str, name: str, uid: str | None = None) -> Path:
-        """The kubelet's log folder for a pod (the newest one of that name when ``uid`` is not given)."""
-        pattern = f"{namespace}_{name}_{uid or '*'}"
-        found = sorted((self.kubelet_dir / "logs").glob(pattern), key=lambda p: p.stat().st_mtime)
-        if not found:
-            raise FileNotFoundError(f"no kubelet logs for pod {namespace}/{name} under {self.kubelet_dir / 'logs'}")
-        return found[-1]
+    @property
+    def pod_logs_dir(self) -> Path:
+        """Where the node's kubelet writes its pods' logs (/var/log/pods on a cluster's node)."""
+        assert self.node is not None, "the test bed is not started"
+        return self.node.pod_logs_dir
 
-    def pod_log(self, namespace: str, name: str, container: str | None = None, uid: str | None = None) -> str:
-        """A pod's log (its containers' one after another unless ``container`` names one): through the API server on
-        the real node (the pod must still exist), from the process kubelet's files otherwise (kept after deletion)."""
-        if self.node is not None:
-            with self.api_client() as api:
-                core = client.CoreV1Api(api)
-                names = [container] if container else [c.name for c in core.read_namespaced_pod(name, namespace).spec.containers]
-                return "".join(core.read_namespaced_pod_log(name, namespace, container=c) for c in names)
-        folder = self.pod_log_dir(namespace, name, uid)
-        files = [folder / f"{container}.log"] if container else sorted(folder.glob("*.log"))
-        return "".join(f.read_text(errors="replace") for f in files if f.exists())
+    def pod_log(self, namespace: str, name: str, container: str | None = None) -> str:
+        """A live pod's log (its containers' one after another unless ``container`` names one), through the API."""
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            names = [container] if container else [c.name for c in core.read_namespaced_pod(name, namespace).spec.containers]
+            # the raw body: kubernetes-client turns a body that is not JSON into "b'...'"
+            return "".join(core.read_namespaced_pod_log(name, namespace, container=c, _preload_content=False).data.decode(
+                errors="replace") for c in names)
 
     def busybox_image(self) -> str:
-        """A busybox image this bed's pods run: the real node's own (testbed.nodeimages); on the process kubelet any
-        busybox name, which it maps to the host's tools."""
-        return self.node.busybox_image() if self.node is not None else "busybox:1.36"
+        """The busybox image this bed's pods run: the real node's own (testbed.nodeimages)."""
+        assert self.node is not None, "the test bed is not started"
+        return self.node.busybox_image()
 
     def tag_runtime_image(self, *names: str) -> None:
         """Makes each of ``names`` run the runtime image scripts/build-images.sh built (as a registry's tags would),
-        in every real node's image store. The process kubelet needs nothing: it maps a runtime name that was not
-        built to the development virtualenv (testbed.kubelet.images)."""
+        in every node's image store."""
         for node in (self.node, self.second_node):
             if node is not None:
                 node.tag_image(imagestore.runtime_image(), *names)
@@ -404,26 +338,21 @@ class TestBed:
         for node in (self.node, self.second_node):
             if node is not None and node.node_name == node_name:
                 return node
-        raise LookupError(f"no real node {node_name!r} in this test bed (node={self.node_kind!r})")
+        raise LookupError(f"no node {node_name!r} in this test bed")
 
-    def _container(self, namespace: str, name: str, container: str | None) -> tuple[str | None, str, str]:
-        """A pod's container (its first unless ``container`` names one): its node's name, and its id's kind
-        (``containerd`` on the real node, ``process`` on the process kubelet) and value."""
+    def _container(self, namespace: str, name: str, container: str | None) -> tuple[str | None, str]:
+        """A pod's container (its first unless ``container`` names one): its node's name and containerd's id."""
         with self.api_client() as api:
             pod = client.CoreV1Api(api).read_namespaced_pod(name, namespace)
         wanted = container or pod.spec.containers[0].name
         status = next((s for s in pod.status.container_statuses or [] if s.name == wanted), None)
         if status is None or not status.container_id:
             raise LookupError(f"pod {namespace}/{name} has no started container {wanted!r}")
-        kind, _, cid = status.container_id.partition("://")
-        return pod.spec.node_name, kind, cid
+        return pod.spec.node_name, status.container_id.partition("://")[2]
 
     def container_pid(self, namespace: str, name: str, container: str | None = None) -> int:
-        """The host pid of a pod's container's first process: containerd's task on the real node, the process the
-        process kubelet started otherwise."""
-        node_name, kind, cid = self._container(namespace, name, container)
-        if kind == "process":
-            return int(cid)
+        """The host pid of a pod's container's first process (containerd's task)."""
+        node_name, cid = self._container(namespace, name, container)
         rows = [line.split() for line in self.node_of(node_name).ctr("tasks", "ls").stdout.splitlines()[1:]]
         pid = next((int(row[1]) for row in rows if row and row[0] == cid), None)
         if pid is None:
@@ -432,16 +361,8 @@ class TestBed:
 
     def signal_pod(self, namespace: str, name: str, sig: int, container: str | None = None) -> None:
         """Sends ``sig`` to every process of a pod's container (SIGKILL: as an OOM kill; SIGSTOP: frozen, as on a
-        lost node): through containerd on the real node (``ctr tasks kill --all``), to the process group the
-        process kubelet recorded otherwise."""
-        if self.node is None:
-            pid = int((self.pod_log_dir(namespace, name) / "pid").read_text().strip())
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                os.kill(pid, sig)
-            return
-        node_name, _, cid = self._container(namespace, name, container)
+        lost node), through containerd (``ctr tasks kill --all``)."""
+        node_name, cid = self._container(namespace, name, container)
         self.node_of(node_name).ctr("tasks", "kill", "--all", "--signal", str(int(sig)), cid)
 
     def component_logs(self, lines: int = 30) -> str:

@@ -101,12 +101,11 @@ def start_etcd(binary: Path, data_dir: Path, log_path: Path, timeout: float = 60
 
 def start_apiserver(
     binary: Path, *, etcd_url: str, pki: Pki, work_dir: Path, log_path: Path, audit_log: Path, timeout: float = 120.0,
-    bind_address: str = "127.0.0.1",
+    bind_address: str,
 ) -> ApiServer:
-    """``bind_address``: 127.0.0.1, or the real node's bridge address (testbed.node), where pods
-    reach it; then the ``kubernetes`` Service's endpoint is that address (lease reconciler)."""
+    """``bind_address``: the node's bridge address (testbed.node), where pods reach it; the ``kubernetes``
+    Service's endpoint is that address (lease reconciler)."""
     chosen: dict[str, int] = {}
-    loopback = bind_address == "127.0.0.1"
     work_dir.mkdir(parents=True, exist_ok=True)
     audit_policy = work_dir / "audit-policy.yaml"
     audit_policy.write_text(AUDIT_POLICY)
@@ -122,9 +121,7 @@ def start_apiserver(
                 f"--bind-address={bind_address}",
                 f"--secure-port={port}",
                 f"--advertise-address={bind_address}",
-                # The "kubernetes" Endpoints may not hold a loopback address; with the
-                # process kubelet nothing routes through the Service anyway.
-                f"--endpoint-reconciler-type={'none' if loopback else 'lease'}",
+                "--endpoint-reconciler-type=lease",
                 f"--cert-dir={work_dir}",
                 f"--tls-cert-file={pki.apiserver.cert}",
                 f"--tls-private-key-file={pki.apiserver.key}",

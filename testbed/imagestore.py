@@ -1,15 +1,11 @@
-"""The local image store that scripts/build-images.sh fills, as the test bed's kubelet reads it.
+"""The local image store that scripts/build-images.sh fills (buildah's), and the names the tests run its images by.
 
-Called by ``testbed.kubelet.images`` (is this image built here? its config)
-and by the image tests. An image is unpacked once per image id into a
-root filesystem (a buildah working container named after the id, kept in the
-store), which every container of that image shares read-only below its own
-writable layer (``testbed.kubelet.podinit``).
+Called by ``testbed.nodeimages`` (the archives the real node imports), ``testbed.cluster`` (tags of the built
+runtime image in the node's store) and the tests (is an image built here? its config).
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -22,6 +18,10 @@ from testbed import locate
 # the image names scripts/build-images.sh gives (version from pyproject.toml)
 RUNTIME_REPOSITORY = "ghcr.io/streamjob/streamjob-runtime"
 OPERATOR_REPOSITORY = "ghcr.io/streamjob/streamjob-operator"
+# A name no image is built under, which the tests' jobs run; the test bed makes it, and the release tags upgrade tests
+# move it to, tags of the built runtime image in the node's store (tests/conftest.py), as a registry would.
+DEV_IMAGE = "localhost/streamjob-dev/streamjob-runtime:0.1.0"
+DEV_TAGS = tuple(DEV_IMAGE.replace("0.1.0", tag) for tag in ("0.1.0", "0.2.0", *(f"0.1.{n}" for n in range(1, 10))))
 
 
 class StoreError(RuntimeError):
@@ -79,20 +79,6 @@ def inspect(name: str) -> StoredImage | None:
         user=str(config.get("User") or ""),
         working_dir=str(config.get("WorkingDir") or ""),
     )
-
-
-def rootfs(image: StoredImage) -> Path:
-    """The image's root filesystem, unpacked on first use (a working container kept per image id)."""
-    container = f"streamjob-rootfs-{image.image_id[:16]}"
-    root = store_dir()
-    with open(root / ".unpack.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            path = _buildah("mount", container, timeout=60)
-        except StoreError:
-            _buildah("from", "--pull-never", "--name", container, image.image_id, timeout=900)
-            path = _buildah("mount", container, timeout=60)
-    return Path(path)
 
 
 def tag(name: str, new_name: str) -> None:

@@ -1,6 +1,6 @@
 """Where the test bed finds its binaries, jars and Python environment.
 
-Called by ``testbed.cluster`` and ``testbed.kubelet.images``. The paths come
+Called by ``testbed.cluster``, ``testbed.node`` and the build scripts' callers. The paths come
 from the environment that ``scripts/bootstrap.sh`` writes to ``.streamjob-env``
 (``STREAMJOB_BIN_DIR``, ``STREAMJOB_JARS_DIR``); without it, the version-keyed
 cache folders are searched.

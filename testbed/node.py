@@ -1,6 +1,6 @@
 """The test bed's real node: containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS, CNI bridge networking.
 
-Called by ``testbed.cluster.TestBed`` when it is asked for ``node="real"``: ``claim()``
+Called by ``testbed.cluster.TestBed``: ``claim()``
 before the control plane (the API server binds to the bridge's address, where pods
 reach it), ``start()`` once the API server is up, ``stop()`` at the end. Binaries and
 small images come from ``testbed/build/build-node.sh`` (``locate.node_bin_dir()``).
@@ -375,7 +375,7 @@ class RealNode:
             f"--root-dir={self.kubelet_root}",
             f"--hostname-override={self.node_name}",
             f"--node-ip={BRIDGE_IP}",
-            f"--node-labels={NODE_LABEL}=true",  # as the process kubelet labels its node: tests' nodeSelectors match both
+            f"--node-labels={NODE_LABEL}=true",  # the test bed's nodes: tests' nodeSelectors match it
             "--v=1",
         ], env=env)
 

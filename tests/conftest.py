@@ -1,10 +1,13 @@
-"""Shared pytest fixtures: one real test bed per session, admin clients, a fresh namespace per test.
+"""Shared pytest fixtures: the real-node test bed, admin clients, a fresh namespace per test.
 
-The test bed (kube-apiserver + etcd with RBAC, kube-controller-manager, S3,
-the process kubelet) starts on first use and stops at the end of the session.
-Its logs are kept, and their folder printed, when a test failed or when
-STREAMJOB_KEEP_TESTBED=1. A test that needs it (directly or through a fixture) is
-marked ``testbed``, so the fast lane deselects it: ``pytest tests/unit tests/crd -m "not testbed"``.
+The test bed (kube-apiserver + etcd with RBAC, kube-controller-manager, S3, and a real node: containerd, kubelet,
+kube-proxy, kube-scheduler, CoreDNS; testbed.node) starts on first use and stops at the end of the session. One
+real node runs on a machine at a time, so a module that needs a bed of its own (a broker reachable from pods, a
+second node, a node it stops or crashes, dev.sh's bed) says so with ``OWN_BED = True`` (``REAL_BED_KAFKA`` and
+``REAL_BED_NODES = 2`` imply it) and runs before the shared bed starts: collection puts those modules first.
+Logs are kept, and their folder printed, when a test failed or when STREAMJOB_KEEP_TESTBED=1. A test that needs a
+bed (directly or through a fixture) is marked ``testbed``, so the fast lane deselects it:
+``pytest tests/unit tests/crd -m "not testbed"``.
 """
 
 from __future__ import annotations
@@ -15,44 +18,84 @@ import secrets
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from testbed import TestBed
+from testbed import TestBed, imagestore
 from testbed.waiting import wait_for
+
+BED_FIXTURES = {"testbed", "session_bed", "real_bed"}
+
+
+def own_bed(module: ModuleType | None) -> bool:
+    """Whether a test module runs on a test bed of its own rather than the session's."""
+    return bool(getattr(module, "OWN_BED", False) or getattr(module, "REAL_BED_KAFKA", False)
+                or getattr(module, "REAL_BED_NODES", 1) != 1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if {"testbed", "session_bed", "real_bed"} & set(getattr(item, "fixturenames", ())):
+        if BED_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.testbed)
+    # the modules with a bed of their own first, each module's tests kept together and in order: the session's bed
+    # holds the machine's one real node from its first use to the end
+    items.sort(key=lambda item: not own_bed(getattr(item, "module", None)))
 
 
-@pytest.fixture(scope="session")
-def session_bed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
-    """The session's test bed on the process kubelet, for the modules that do not run on the real node."""
-    bed = TestBed()
+def start_bed(run_dir: Path, **options: Any) -> TestBed:
+    """A started real-node test bed; the development image names (``imagestore.DEV_TAGS``) are tags of the built
+    runtime image in its node's store when that image was built."""
+    # no skip: a machine where this cannot run is a failure to see, not a pass
+    assert os.geteuid() == 0, "the real node needs root (it creates a bridge, iptables chains, mounts and cgroups)"
+    bed = TestBed(run_dir, **options)
+    started = time.monotonic()
     bed.start()
-    yield bed
+    print(f"real node test bed started in {time.monotonic() - started:.1f}s; node timings {bed.node.timings if bed.node else {}}")
+    if imagestore.inspect(imagestore.runtime_image()) is not None:
+        bed.tag_runtime_image(*imagestore.DEV_TAGS)
+    return bed
+
+
+def stop_bed(bed: TestBed, request: pytest.FixtureRequest) -> None:
     keep = request.session.testsfailed > 0 or os.environ.get("STREAMJOB_KEEP_TESTBED") == "1"
     bed.stop(keep=keep)
     if keep:
+        message = f"test bed logs kept in {bed.run_dir} (components: {bed.log_dir}, pods: {bed.pod_logs_dir})"
         reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        message = f"test bed logs kept in {bed.run_dir} (components: {bed.log_dir}, pods: {bed.kubelet_dir / 'logs'})"
         if reporter is not None:
             reporter.write_line(message)
         else:
             print(message)
 
 
+@pytest.fixture(scope="session")
+def session_bed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[TestBed]:
+    """The session's test bed, shared by every module without a bed of its own."""
+    bed = start_bed(tmp_path_factory.mktemp("session-bed"))
+    yield bed
+    stop_bed(bed, request)
+
+
+@pytest.fixture(scope="module")
+def real_bed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[TestBed]:
+    """A test bed of the module's own (``OWN_BED``). A module that sets ``REAL_BED_KAFKA = True`` gets the Kafka
+    broker too, reachable from pods (testbed.kafka); one that sets ``REAL_BED_NODES = 2`` a second real node
+    (testbed.secondnode)."""
+    assert own_bed(request.module), f"{request.module.__name__} uses its own bed: set OWN_BED = True (tests/conftest.py)"
+    bed = start_bed(tmp_path_factory.mktemp("real-node"), kafka=getattr(request.module, "REAL_BED_KAFKA", False),
+                    nodes=getattr(request.module, "REAL_BED_NODES", 1))
+    yield bed
+    stop_bed(bed, request)
+
+
 @pytest.fixture(scope="module")
 def testbed(request: pytest.FixtureRequest) -> TestBed:
-    """The module's test bed: the real node (``real_bed``, its own for the module) when the module sets
-    ``REAL_NODE = True``, else the session's bed on the process kubelet. Modules move to the real node one at a
-    time (docs/testbed.md, "Moving the suite to the real node")."""
-    bed: TestBed = request.getfixturevalue("real_bed" if getattr(request.module, "REAL_NODE", False) else "session_bed")
+    """The module's test bed: its own (``real_bed``) when it asks for one, else the session's."""
+    bed: TestBed = request.getfixturevalue("real_bed" if own_bed(request.module) else "session_bed")
     return bed
 
 
@@ -130,23 +173,3 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     broker = start_kafka(locate.kafka_dir(), tmp_path_factory.mktemp("kafka"), timeout=180, sasl_users=users)
     yield broker
     broker.stop()
-
-
-@pytest.fixture(scope="module")
-def real_bed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[TestBed]:
-    """A test bed on the real node (testbed.node), one per module: one real node runs on a machine at a time.
-
-    A module that sets ``REAL_BED_KAFKA = True`` gets the Kafka broker too, reachable from pods (testbed.kafka);
-    one that sets ``REAL_BED_NODES = 2`` a second real node (testbed.secondnode)."""
-    # no skip: a machine where this cannot run is a failure to see, not a pass
-    assert os.geteuid() == 0, "the real node needs root (it creates a bridge, iptables chains, mounts and cgroups)"
-    bed = TestBed(tmp_path_factory.mktemp("real-node"), node="real", kafka=getattr(request.module, "REAL_BED_KAFKA", False),
-                  nodes=getattr(request.module, "REAL_BED_NODES", 1))
-    started = time.monotonic()
-    bed.start()
-    print(f"real node test bed started in {time.monotonic() - started:.1f}s; node timings {bed.node.timings if bed.node else {}}")
-    yield bed
-    keep = request.session.testsfailed > 0 or os.environ.get("STREAMJOB_KEEP_TESTBED") == "1"
-    bed.stop(keep=keep)
-    if keep:
-        print(f"real node test bed logs kept in {bed.log_dir}")

@@ -1,8 +1,8 @@
 """The real node: containerd, kubelet, kube-proxy, kube-scheduler and CoreDNS on a bridge inside this machine.
 
-One test bed with ``node="real"`` for the module (its own, not the session's process
-kubelet); the last tests stop it and check that nothing is left on the machine, then
-crash one and check that the next start sweeps what it left.
+One test bed for the module (its own, not the session's: ``REAL_BED_KAFKA``); the last tests
+stop it and check that nothing is left on the machine, then crash one and check that the next
+start sweeps what it left.
 """
 
 from __future__ import annotations
@@ -290,7 +290,7 @@ def test_a_pod_reaches_the_broker_through_the_kafka_service_with_tls_and_scram(c
 
 def test_a_second_real_node_test_bed_refuses_and_leaves_the_first_alone(core: client.CoreV1Api, real_bed: TestBed,
                                                                          tmp_path: Path) -> None:
-    second = TestBed(tmp_path / "second", node="real")
+    second = TestBed(tmp_path / "second")
 
     with pytest.raises(TestBedError) as refused:
         second.start()
@@ -350,7 +350,7 @@ import sys, time
 from kubernetes import client
 from testbed import TestBed
 from testbed.waiting import wait_for
-bed = TestBed(sys.argv[1], node="real")
+bed = TestBed(sys.argv[1])
 bed.start()
 with bed.api_client() as api:
     core = client.CoreV1Api(api)
@@ -388,7 +388,7 @@ def test_a_start_after_a_crash_sweeps_what_the_crashed_node_left(real_bed: TestB
     left = node_traces(node)
     assert f"bridge {BRIDGE}" in left and any(t.startswith("mount ") for t in left), left
 
-    after = TestBed(tmp_path / "after", node="real")
+    after = TestBed(tmp_path / "after")
     after.start()
     try:
         with after.api_client() as api:

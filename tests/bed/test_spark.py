@@ -11,7 +11,6 @@ from testbed import TestBed
 from testbed.waiting import wait_pod_phase
 
 RUNTIME_IMAGE = "ghcr.io/streamjob/streamjob-runtime:0.1.0"
-REAL_NODE = True  # the Kubernetes test's pods run as containers of the built image on the real node (tests/conftest.py)
 
 
 def test_spark_local_writes_and_reads_parquet_through_s3a(spark_local: Any, session_bed: TestBed) -> None:

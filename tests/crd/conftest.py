@@ -35,8 +35,9 @@ def kubectl_run(session_bed: TestBed):
 
 @pytest.fixture(scope="session")
 def streamjob_crd(session_bed: TestBed) -> Path:
-    """Applies crds/ with kubectl and waits until the API serves StreamJobs."""
-    kubectl(session_bed, "apply", "--server-side", "-f", str(REPO / "crds"))
+    """Applies crds/ with kubectl (taking the fields over from whoever created them earlier in the session: the e2e
+    fixtures create them with the Python client) and waits until the API serves StreamJobs."""
+    kubectl(session_bed, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     wait_for(
         lambda: kubectl(session_bed, "get", "streamjobs", "-A", check=False).returncode == 0,
         60,

@@ -2,8 +2,7 @@
 
 Used by tests/e2e/test_*.py. The operator runs as `streamjob-operator` against
 the test bed's admin kubeconfig; drivers run the real job runtime under
-spark-submit (job_runtime/driver.py) on the module's node: the real node (containers
-of the built image) for a module that sets ``REAL_NODE = True``, else the process kubelet.
+spark-submit (job_runtime/driver.py) as containers of the built image on the test bed's real node.
 """
 
 from __future__ import annotations
@@ -35,14 +34,11 @@ from testbed.proc import ManagedProcess
 from testbed.waiting import wait_for
 
 REPO = Path(job_runtime.__file__).resolve().parents[1]
-# The runtime image scripts/build-images.sh built (the kubelet runs pods inside it)...
+# The runtime image scripts/build-images.sh built (the node runs pods inside it)...
 IMAGE = imagestore.runtime_image()
-# ...and a name no image was built under: the process kubelet maps it to the development
-# virtualenv (testbed.kubelet.images); on the real node it is a tag of the built image.
-DEV_IMAGE = "localhost/streamjob-dev/streamjob-runtime:0.1.0"
+# ...and a name no image was built under, which the test bed makes a tag of it, with the tags upgrade tests move to
+DEV_IMAGE = imagestore.DEV_IMAGE
 NEXT_IMAGE = IMAGE.replace("0.1.0", "0.1.1")  # the release an upgrade test moves to (``built_images``)
-# DEV_IMAGE and the tags upgrade tests move it to: on the real node, tags of the built image (tests/conftest.py)
-DEV_TAGS = [DEV_IMAGE.replace("0.1.0", tag) for tag in ("0.1.0", "0.2.0", *(f"0.1.{n}" for n in range(1, 10)))]
 # what a test's driver and executor ask of the scheduler: the real node has this machine's 2 CPUs, and a test runs up to
 # 3 pods at once (tasks still run on `cores`, 1: a request is a scheduling weight, not a limit)
 CORE_REQUEST = "250m"
@@ -53,28 +49,6 @@ START_TIMEOUT = 420.0  # a Spark driver start on a loaded 2-core machine
 @pytest.fixture(scope="module")
 def crd(kube_api: client.ApiClient) -> None:
     install_crds(kube_api)
-
-
-@pytest.fixture(scope="module")
-def real_api(real_bed: TestBed) -> Iterator[client.ApiClient]:
-    """An API client of the module's real-node test bed (tests/conftest.py ``real_bed``), the CRDs installed."""
-    with real_bed.api_client() as api_client:
-        install_crds(api_client)
-        yield api_client
-
-
-def real_namespace(bed: TestBed, api: client.ApiClient, stem: str) -> str:
-    """A new namespace ``<stem>-xxxxx`` on the real-node test bed, with its default ServiceAccount and the S3 Secret
-    "s3" (the test bed's keys)."""
-    assert bed.s3 is not None
-    core = client.CoreV1Api(api)
-    namespace = f"{stem}-{uuid.uuid4().hex[:5]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    wait_for(lambda: core.read_namespaced_service_account("default", namespace), 30, f"default ServiceAccount in {namespace}")
-    core.create_namespaced_secret(namespace, client.V1Secret(
-        metadata=client.V1ObjectMeta(name="s3"),
-        string_data={"AWS_ACCESS_KEY_ID": bed.s3.access_key, "AWS_SECRET_ACCESS_KEY": bed.s3.secret_key}))
-    return namespace
 
 
 def install_crds(api: client.ApiClient) -> None:
@@ -150,17 +124,10 @@ def operator(testbed: TestBed, crd: None, request: pytest.FixtureRequest, tmp_pa
         print(f"--- operator log {op.log_path} (tail) ---\n{op.log()[-6000:]}")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def dev_tags_on_the_real_node(request: pytest.FixtureRequest) -> None:
-    """In a module on the real node (``REAL_NODE = True``), DEV_IMAGE and its upgrade tags name the built image."""
-    if getattr(request.module, "REAL_NODE", False):
-        request.getfixturevalue("testbed").tag_runtime_image(*DEV_TAGS)
-
-
 @pytest.fixture(scope="module")
 def built_images(testbed: TestBed) -> str:
     """The built runtime image, also under the tag an upgrade moves to (as a user pushes a release): in buildah's
-    store, and in the real node's containerd when the module runs there."""
+    store and in the node's."""
     assert imagestore.inspect(IMAGE) is not None, f"{IMAGE} was not built: bash scripts/build-images.sh"
     imagestore.tag(IMAGE, NEXT_IMAGE)  # moves the tag to this build
     testbed.tag_runtime_image(NEXT_IMAGE)
@@ -483,16 +450,11 @@ def drivers(kube_api: client.ApiClient, namespace: str) -> Iterator[DriverCounte
 def assert_runs_in_image(testbed: TestBed, namespace: str, pod: str, uid: int = RUNTIME_UID, container: str | None = None) -> None:
     """The pod's container process runs inside its image's root filesystem, as the image's user.
 
-    uid 185 is the top-level Dockerfile's USER, 65532 images/operator/Dockerfile's. On the process kubelet a
-    container mapped to the development virtualenv runs in the host's root instead (testbed.kubelet.podinit);
-    on the real node containerd runs every container in its image, in a mount namespace of its own.
+    uid 185 is the top-level Dockerfile's USER, 65532 images/operator/Dockerfile's; containerd runs every container in
+    its image, in a mount namespace of its own.
     """
     pid = testbed.container_pid(namespace, pod, container)
-    if testbed.node is None:
-        root = os.readlink(f"/proc/{pid}/root")
-        assert root != "/" and root.endswith("/layer/merged"), f"{namespace}/{pod} runs in {root}, not in its image"
-    else:
-        assert os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"), f"{namespace}/{pod} shares the host's mounts"
+    assert os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"), f"{namespace}/{pod} shares the host's mounts"
     uids = next(line.split()[1:] for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Uid:"))
     assert int(uids[0]) == uid, f"{namespace}/{pod} runs as uid {uids[0]}, not {uid}"
 

@@ -40,7 +40,6 @@ from streamjob_e2e import (
     signal_driver_process,
 )
 
-REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
 
 RESTART_DELAY_SECONDS = 1
 REFUSAL_TIMEOUT = 180.0  # the refusal comes before the driver starts a JVM: seconds, even on a loaded machine

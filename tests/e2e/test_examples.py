@@ -34,6 +34,7 @@ from runtime_kafka import committed_windows, load_events_module, reference_windo
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 # what scripts/dev.sh produces to the Kafka example's input topic
+OWN_BED = True  # dev.sh starts a test bed of its own: the module runs before the session's (tests/conftest.py)
 KAFKA_EVENTS = 600
 DEV_TIMEOUT = 1200  # a warm bootstrap, a test bed start, four drivers on a loaded 2-core machine
 

@@ -25,7 +25,6 @@ from streamjob_e2e import (
     savepoint_manifest,
 )
 
-REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
 
 
 def test_an_upgrade_that_crashes_on_start_is_rolled_back_and_a_crashing_job_fails_when_its_policy_is_used_up(

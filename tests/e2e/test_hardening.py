@@ -1,7 +1,7 @@
 """What a user sees when the cluster, S3 or the spec gets in the way, on the test bed.
 
 Each refusal comes from a real component: the API server's ResourceQuota and
-ValidatingAdmissionPolicy admission, the process kubelet (a missing Secret, an
+ValidatingAdmissionPolicy admission, the node's kubelet (a missing Secret, an
 unknown image), and the operator's own deadlines. Each test asserts what is
 observable: status.reconcileError, the Degraded condition, events, pods and the
 job's output (exactly once where the claim is that no record is lost or doubled).
@@ -35,9 +35,8 @@ from streamjob_e2e import (
     savepoint_manifest,
 )
 
-REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
 
-UNKNOWN_IMAGE = "ghcr.io/streamjob/streamjob-runtme:0.1.1"  # a typo: not in the process kubelet's image table
+UNKNOWN_IMAGE = "ghcr.io/streamjob/streamjob-runtme:0.1.1"  # a typo: an image no store has
 
 
 def _degraded(st: dict[str, Any]) -> tuple[str, str, str]:

@@ -23,7 +23,6 @@ from testbed import TestBed, imagestore, locate
 from testbed.waiting import wait_for
 from streamjob_contract.lifecycle import LifecycleState
 
-REAL_NODE = True  # its pods run as containers of the built images on the real node (tests/conftest.py)
 
 
 def helm(testbed: TestBed, *args: str) -> subprocess.CompletedProcess[str]:

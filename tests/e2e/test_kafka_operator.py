@@ -36,7 +36,6 @@ from streamjob_e2e import DEV_IMAGE, DriverCounter, Jobs, Operator, rate_job
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 from runtime_kafka import EVENTS, FAIL_FAST, committed_windows, load_events_module, reference_windows, topics  # noqa: E402
 
-REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
 REAL_BED_KAFKA = True  # and reach the bed's broker through the kafka Service
 
 REPO = Path(__file__).resolve().parents[2]

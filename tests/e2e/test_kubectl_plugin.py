@@ -24,7 +24,6 @@ from testbed.waiting import wait_for
 
 from streamjob_e2e import Jobs, Operator, rate_job, savepoint_manifest
 
-REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
 
 EXIT_ERROR, EXIT_USAGE, EXIT_SAVEPOINT_INVALID = 1, 2, 4
 

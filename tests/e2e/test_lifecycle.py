@@ -31,7 +31,6 @@ from streamjob_e2e import (
     savepoint_manifest,
 )
 
-REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
 
 
 def test_a_job_runs_restarts_upgrades_suspends_resumes_and_is_deleted_with_a_savepoint(

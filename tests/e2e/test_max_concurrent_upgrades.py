@@ -22,7 +22,6 @@ from testbed import TestBed
 
 from streamjob_e2e import Jobs, JobWatch, Operator, rate_job
 
-REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
 
 NAMES = ("slot-a", "slot-b")
 CHANGE = {"sparkConf": {"spark.streamjob.e2e.rollout": "2"}}

@@ -25,7 +25,6 @@ from testbed.waiting import wait_for
 
 from streamjob_e2e import DEV_IMAGE, Jobs, Operator, kill_driver_process, rate_job
 
-REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "charts" / "streamjob" / "dashboards" / "streamjob.json"

@@ -29,7 +29,6 @@ from streamjob_e2e import (
     signal_driver_process,
 )
 
-REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
 
 UNREACHABLE_SECONDS = 15
 

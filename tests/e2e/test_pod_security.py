@@ -22,7 +22,6 @@ from testbed.waiting import wait_for
 
 from streamjob_e2e import IMAGE, DriverCounter, Jobs, Operator, assert_runs_in_image, rate_job
 
-REAL_NODE = True  # its pods run as containers of the built images on the real node (tests/conftest.py)
 
 
 def template(sidecar_image: str) -> dict[str, Any]:

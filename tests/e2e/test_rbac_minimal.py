@@ -30,7 +30,6 @@ from streamjob_operator.reconcile import names
 from testbed import TestBed
 from testbed.waiting import wait_for
 
-REAL_NODE = True  # its pods run as containers of the built images on the real node (tests/conftest.py)
 
 JOB = "least"
 OPERATOR = "streamjob-operator"  # the chart's ServiceAccount and Role names

@@ -1,17 +1,14 @@
-"""The first StreamJob on the real node: its driver a real container from the runtime image, its checkpoint in S3.
+"""The StreamJob of examples/minimal.yaml on the node: its driver a real container of the released runtime image's
+name, its checkpoint in S3, a restart from it after the container is killed.
 
-One test bed with ``node="real"`` for the module (the real node's lock allows one per
-machine; tests/bed/test_real_node.py has its own, one module at a time). The operator
-runs on the host, as in the other e2e tests, against the test bed's admin kubeconfig
-(the API server at the bridge's loopback alias, testbed.podnet); the driver reaches S3
-through the ``s3`` Service and the API server through the ``kubernetes`` Service.
+The operator runs on the host, as in the other e2e tests, against the test bed's admin kubeconfig (the API server
+at the bridge's loopback alias, testbed.podnet); the driver reaches S3 through the ``s3`` Service and the API
+server through the ``kubernetes`` Service.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +17,7 @@ from kubernetes import client
 
 from testbed import TestBed, imagestore
 
-from streamjob_e2e import REPO, Jobs, Operator, assert_runs_in_image, kill_driver_process, real_namespace
+from streamjob_e2e import CORE_REQUEST, REPO, Jobs, Operator, assert_runs_in_image, kill_driver_process
 
 IMAGE = imagestore.runtime_image()
 
@@ -43,8 +40,8 @@ def minimal_job(name: str, bed: TestBed, prefix: str) -> dict[str, Any]:
     spec["s3"]["endpoint"] = bed.s3_endpoint_for_pods_and_host()
     spec["s3"]["credentialsSecret"] = {"name": "s3"}
     spec["job"]["pipeline"]["sink"]["path"] = f"s3a://streamjob/{prefix}/output"
-    spec["executor"] = {"instances": 0, "memory": "512m"}
-    spec["driver"] = {"memory": "512m"}
+    spec["executor"] = {"instances": 0, "memory": "512m", "coreRequest": CORE_REQUEST}
+    spec["driver"] = {"memory": "512m", "coreRequest": CORE_REQUEST}
     spec["statePartitions"] = 2  # the window counts' state in 2 partitions, not Spark's 200: seconds per batch on 1 core
     spec["restartPolicy"] = {"type": "ExponentialBackoff", "delaySeconds": 1, "maxDelaySeconds": 5, "maxRestarts": 5}
     return job
@@ -55,18 +52,13 @@ def batch_id(st: dict[str, Any]) -> int:
 
 
 def test_a_streamjob_runs_in_a_real_container_checkpoints_to_s3_and_restarts_from_it_after_a_kill(
-    real_bed: TestBed, real_api: client.ApiClient, tmp_path: Path,
+    testbed: TestBed, core_v1: client.CoreV1Api, namespace: str, s3_secret: str, operator: Operator, jobs: Jobs, s3: Any,
 ) -> None:
-    assert real_bed.node is not None and real_bed.s3 is not None
-    core = client.CoreV1Api(real_api)
-    namespace = real_namespace(real_bed, real_api, "real-job")
-    operator = Operator(real_bed, tmp_path / "operator.log", lease=f"streamjob-real-{uuid.uuid4().hex[:6]}")
-    operator.start()
-    jobs = Jobs(real_api, namespace)
+    core = core_v1
     prefix = f"real/{namespace}"
     try:
         applied = time.monotonic()
-        jobs.apply(minimal_job("minimal", real_bed, prefix))
+        jobs.apply(minimal_job("minimal", testbed, prefix))
 
         first = jobs.wait("minimal", "Ready with a committed batch",
                           lambda st: st.get("ready") is True and st.get("state") == "Running" and batch_id(st) >= 0, 240)
@@ -76,19 +68,18 @@ def test_a_streamjob_runs_in_a_real_container_checkpoints_to_s3_and_restarts_fro
         container_id = driver.status.container_statuses[0].container_id
         assert container_id.startswith("containerd://"), container_id
         assert driver.status.pod_ip.startswith("10.244.0."), driver.status.pod_ip
-        assert driver.spec.node_name == real_bed.node_name
+        assert driver.spec.node_name == testbed.node_name
         # the checkpoint is in the test bed's S3, written by the pod through the s3 Service
-        s3 = real_bed.s3_client()
         commits = s3.list_objects_v2(Bucket="streamjob", Prefix=f"{prefix}/checkpoint/").get("Contents", [])
         assert any("/commits/" in o["Key"] for o in commits), [o["Key"] for o in commits][:20]
 
         # the container runs in its image's mount namespace as the image's user (185)
-        assert_runs_in_image(real_bed, namespace, "minimal-driver-1")
+        assert_runs_in_image(testbed, namespace, "minimal-driver-1")
 
         # SIGKILL the driver's container (every process of its task in containerd): the pod fails, the operator
         # starts a new driver from the latest completed checkpoint, and the batch id never goes back
         before = batch_id(jobs.status("minimal"))
-        kill_driver_process(real_bed, namespace, "minimal-driver-1")
+        kill_driver_process(testbed, namespace, "minimal-driver-1")
         killed = time.monotonic()
         restarted = jobs.wait("minimal", "Ready on a second driver",
                               lambda st: st.get("driverPod") == "minimal-driver-2" and st.get("ready") is True
@@ -109,7 +100,3 @@ def test_a_streamjob_runs_in_a_real_container_checkpoints_to_s3_and_restarts_fro
             log = core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=60, _preload_content=False).data
             print(f"--- pod {pod.metadata.name} ({pod.status.phase}) log tail ---\n{log.decode(errors='replace')}")
         raise
-    finally:
-        operator.stop()
-        print(f"--- operator log {operator.log_path} (tail) ---\n{operator.log()[-4000:]}")
-        core.delete_namespace(namespace, grace_period_seconds=0)

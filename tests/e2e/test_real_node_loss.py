@@ -22,10 +22,8 @@ first new batch) are in docs/benchmarks/node-loss.md (``benchmarks/node_loss.py
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,7 +33,7 @@ from testbed import TestBed, imagestore
 from testbed.secondnode import SecondNode
 from testbed.waiting import wait_for
 
-from streamjob_e2e import Jobs, Operator, assert_exactly_once, output_values, rate_job, real_namespace
+from streamjob_e2e import Jobs, Operator, assert_exactly_once, output_values, rate_job
 
 REAL_BED_NODES = 2  # tests/conftest.py: a second real node
 
@@ -53,26 +51,20 @@ class Lost:
 
 
 @pytest.fixture
-def lost(real_bed: TestBed, real_api: client.ApiClient, tmp_path: Path) -> Iterator[Lost]:
-    """A namespace with the S3 Secret and an operator; the second node thawed again at the end."""
-    second = real_bed.second_node
+def lost(testbed: TestBed, core_v1: client.CoreV1Api, namespace: str, s3_secret: str, operator: Operator,
+         jobs: Jobs) -> Iterator[Lost]:
+    """The test's namespace with the S3 Secret and an operator; the second node thawed again at the end."""
+    second = testbed.second_node
     assert second is not None
-    core = client.CoreV1Api(real_api)
-    namespace = real_namespace(real_bed, real_api, "lost")
-    operator = Operator(real_bed, tmp_path / "operator.log", lease=f"streamjob-lost-{uuid.uuid4().hex[:6]}")
-    operator.start()
     try:
-        yield Lost(Jobs(real_api, namespace), core, namespace, second)
+        yield Lost(jobs, core_v1, namespace, second)
     except BaseException:
-        for pod in core.list_namespaced_pod(namespace).items:
+        for pod in core_v1.list_namespaced_pod(namespace).items:
             print(f"--- pod {pod.metadata.name} on {pod.spec.node_name} ({pod.status.phase})")
         raise
     finally:
-        operator.stop()
-        print(f"--- operator log {operator.log_path} (tail) ---\n{operator.log()[-6000:]}")
         second.thaw()  # a frozen driver's container too, so that its kubelet can end it
-        wait_for(lambda: node_ready(core, second.node_name), 120, f"{second.node_name} Ready again")
-        core.delete_namespace(namespace, grace_period_seconds=0)
+        wait_for(lambda: node_ready(core_v1, second.node_name), 120, f"{second.node_name} Ready again")
 
 
 def node_ready(core: client.CoreV1Api, name: str) -> bool:
@@ -116,17 +108,17 @@ def replacement(jobs: Jobs, core: client.CoreV1Api, name: str, bed: TestBed) -> 
     return st
 
 
-def test_a_driver_whose_kubelet_hangs_is_evicted_replaced_on_the_other_node_and_fenced(real_bed: TestBed, lost: Lost) -> None:
+def test_a_driver_whose_kubelet_hangs_is_evicted_replaced_on_the_other_node_and_fenced(testbed: TestBed, lost: Lost) -> None:
     jobs, core, namespace, second = lost.jobs, lost.core, lost.namespace, lost.second
     prefix = f"real/{namespace}/hang"
-    before, _ = start_on_second_node(real_bed, jobs, core, "hang", prefix)
+    before, _ = start_on_second_node(testbed, jobs, core, "hang", prefix)
 
     second.stop_kubelet()
     # the node controller marks the node after its grace period (its taint then evicts the driver after its
     # toleration, driverUnreachableSeconds); the driver's container runs on meanwhile
     wait_for(lambda: not node_ready(core, second.node_name), 180, f"{second.node_name} NotReady")
 
-    replaced = replacement(jobs, core, "hang", real_bed)
+    replaced = replacement(jobs, core, "hang", testbed)
     assert replaced["checkpointLocation"] == before["checkpointLocation"]
     forced = jobs.wait_event("hang", "DriverForceDeleted")
     assert "hang-driver-1" in forced[0] and "evicted" in forced[0], forced
@@ -136,18 +128,18 @@ def test_a_driver_whose_kubelet_hangs_is_evicted_replaced_on_the_other_node_and_
     done = jobs.wait("hang", "progress on the replacement",
                      lambda st: st["lastCheckpoint"]["batchId"] > before["lastCheckpoint"]["batchId"] + 2, 180)
     assert done["driverPod"] == "hang-driver-2"
-    assert_exactly_once(output_values(real_bed.s3_client(), prefix))
+    assert_exactly_once(output_values(testbed.s3_client(), prefix))
 
 
-def test_a_driver_cut_off_with_its_node_is_replaced_before_the_node_is_marked_and_not_on_it(real_bed: TestBed, lost: Lost) -> None:
+def test_a_driver_cut_off_with_its_node_is_replaced_before_the_node_is_marked_and_not_on_it(testbed: TestBed, lost: Lost) -> None:
     jobs, core, namespace, second = lost.jobs, lost.core, lost.namespace, lost.second
     prefix = f"real/{namespace}/cut"
-    before, container = start_on_second_node(real_bed, jobs, core, "cut", prefix)
+    before, container = start_on_second_node(testbed, jobs, core, "cut", prefix)
 
     cut = time.monotonic()
     second.stop_kubelet()
     second.ctr("tasks", "pause", container)  # the driver's processes frozen: its endpoint answers nothing
-    replaced = replacement(jobs, core, "cut", real_bed)
+    replaced = replacement(jobs, core, "cut", testbed)
     unreachable = jobs.wait_event("cut", "DriverUnreachable")
     assert "cut-driver-1" in unreachable[0] and second.node_name in unreachable[0], unreachable
     # the replacement was created while the scheduler could still have chosen the lost node: it preferred the other
@@ -158,4 +150,4 @@ def test_a_driver_cut_off_with_its_node_is_replaced_before_the_node_is_marked_an
     done = jobs.wait("cut", "progress on the replacement",
                      lambda st: st["lastCheckpoint"]["batchId"] > before["lastCheckpoint"]["batchId"] + 2, 180)
     assert done["driverPod"] == "cut-driver-2" and replaced["totalRestarts"] == 1
-    assert_exactly_once(output_values(real_bed.s3_client(), prefix))
+    assert_exactly_once(output_values(testbed.s3_client(), prefix))

@@ -35,7 +35,6 @@ from streamjob_operator.k8s.clients import S3Limits
 
 from streamjob_e2e import Jobs, Operator, kill_driver_process, rate_job
 
-REAL_NODE = True  # its drivers run as containers on the real node (tests/conftest.py)
 
 WORKERS = 4
 BLACKHOLED_JOBS = 2 * WORKERS

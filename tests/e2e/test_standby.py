@@ -18,7 +18,6 @@ from testbed.waiting import wait_for
 
 from streamjob_e2e import DEV_IMAGE, DriverCounter, Jobs, JobWatch, Operator, assert_exactly_once, output_values, rate_job
 
-REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
 
 STANDBY = {"standby": {"enabled": True, "readyTimeoutSeconds": 300}}
 MISSING_IMAGE = "localhost/streamjob-missing/no-such-image:9.9.9"  # no image, no table entry: ErrImagePull

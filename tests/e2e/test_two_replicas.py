@@ -48,7 +48,6 @@ from streamjob_e2e import (
     savepoint_manifest,
 )
 
-REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
 
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 KILL, FREEZE, CUT = "kill", "freeze", "cut"

@@ -5,4 +5,4 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))  # streamjob_e2e, shared with tests/e2e
 
-from streamjob_e2e import crd, dev_tags_on_the_real_node, drivers, jobs, operator, s3_secret  # noqa: E402,F401
+from streamjob_e2e import crd, drivers, jobs, operator, s3_secret  # noqa: E402,F401

@@ -29,9 +29,8 @@ from gitops_consumers import argo_health, kstatus, sanitized, write_yaml
 from streamjob_e2e import DEV_IMAGE, Jobs, JobWatch, Operator, rate_job
 from testbed import TestBed
 
-REAL_NODE = True  # its drivers run as containers of the built image on the real node (tests/conftest.py)
 
-UNKNOWN_IMAGE = "ghcr.io/streamjob/streamjob-runtme:0.1.1"  # a typo: not in the process kubelet's image table
+UNKNOWN_IMAGE = "ghcr.io/streamjob/streamjob-runtme:0.1.1"  # a typo: an image no store has
 
 # state captured -> (Argo CD health, kstatus)
 EXPECTED = {

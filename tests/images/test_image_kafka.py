@@ -16,7 +16,6 @@ from testbed import TestBed, imagestore
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME = imagestore.runtime_image()
 RECORDS = 200
-REAL_NODE = True  # the image runs in the real node's containerd (tests/conftest.py)
 
 
 def listed_jars() -> set[str]:

@@ -22,7 +22,6 @@ SCRIPTS = {
     RUNTIME: ["streamjob-runtime", "streamjob-savepoints", "kubectl-streamjob", "streamjob-operator"],
     OPERATOR: ["streamjob-operator", "streamjob-savepoints", "kubectl-streamjob"],
 }
-REAL_NODE = True  # the images run in the real node's containerd (tests/conftest.py)
 
 
 @pytest.fixture
