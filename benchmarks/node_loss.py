@@ -1,15 +1,18 @@
 """Node-loss benchmark: how long a job has no output when its driver's node is lost, next to a kill and a cold start.
 
 Run: `python benchmarks/node_loss.py [--real] [--rounds 2] [--report docs/benchmarks/node-loss.md]`
-(with the editable install; starts its own test bed and operator, takes a few minutes).
+(with the editable install and the images scripts/build-images.sh built; as root: starts its own test bed and
+operator, takes a few minutes).
 
-A lost node is played by freezing the driver's processes (SIGSTOP of the process
-group): the pod stays Running in the API and its endpoint answers nothing, as
-across a dead node. Measured, in one run, with the default
+Both modes run the driver in a container of the built runtime image on the test bed's real node
+(containerd and a kubelet; the operator on the host, operator_bench.bench_operator). By default the
+test bed has one node, and a lost node is played by freezing the driver's container (SIGSTOP to
+every process of it, through containerd: ``TestBed.signal_pod``): the pod stays Running in the API
+and its endpoint answers nothing, as across a dead node. Measured, in one run, with the default
 `spec.restartPolicy.driverUnreachableSeconds` (30):
 
 - cold start: driver pod created -> first batch committed;
-- kill: the driver's process SIGKILLed -> first batch the killed driver had not committed;
+- kill: the driver's container SIGKILLed -> first batch the killed driver had not committed;
 - node loss: the driver frozen -> first batch it had not committed (by batch id: S3 times
   have 1 s granularity).
 
@@ -17,9 +20,10 @@ That test bed has one node, so the node controller's own path (NotReady after it
 --node-monitor-grace-period, taint eviction after the driver's toleration) is not played
 there: the node controller does not evict from the only node of a zone.
 
-`--real` plays it on two real nodes (containerd and a kubelet each, testbed.secondnode;
-report docs/benchmarks/node-loss-real.md): the driver runs on the second node, which is then
-lost in two ways, each round on a new job:
+`--real` (the name is kept: the reports name the command that made them; it no longer
+chooses the kind of node, which is always real) plays it on two real nodes (containerd and a
+kubelet each, testbed.secondnode; report docs/benchmarks/node-loss-real.md): the driver runs on
+the second node, which is then lost in two ways, each round on a new job:
 
 - kubelet hangs (SIGSTOP of the node's kubelet, the driver's container running on): the
   node goes NotReady after the controller manager's grace period (50 s, Kubernetes'
@@ -47,8 +51,20 @@ from typing import Any
 
 from kubernetes import client
 
-from operator_bench import NS, REPO, bench_main, bench_operator, bench_spec, commit_times, pod_created, rounded, status, wait
-from testbed import TestBed, imagestore
+from operator_bench import (
+    CORE_REQUEST,
+    NS,
+    REPO,
+    bench_main,
+    bench_operator,
+    bench_spec,
+    commit_times,
+    pod_created,
+    rounded,
+    status,
+    wait,
+)
+from testbed import TestBed
 
 
 def main() -> int:
@@ -63,7 +79,7 @@ def real_main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--report", type=Path, default=REPO / "docs" / "benchmarks" / "node-loss-real.md")
     args = parser.parse_args()
-    with bench_operator(node="real", nodes=2) as (bed, core, custom, s3):
+    with bench_operator(nodes=2) as (bed, core, custom, s3):
         results = run_real(bed, core, custom, s3, args.rounds)
     write_real_report(args.report, results)
     print(json.dumps(results, indent=2))
@@ -78,10 +94,8 @@ def start_on_second_node(bed: TestBed, core: client.CoreV1Api, custom: client.Cu
                          name: str) -> tuple[dict[str, Any], float]:
     """A new job whose driver the scheduler puts on the second node (the first cordoned meanwhile); its status
     once it has committed 2 batches, and its cold start (pod created -> first batch)."""
-    assert bed.second_node is not None and bed.s3 is not None
-    spec = bench_spec(bed, image=imagestore.runtime_image(),
-                      checkpoint={"location": f"s3a://streamjob/bench/{name}/checkpoint", "triggerInterval": "1 second"},
-                      s3={"endpoint": bed.s3_endpoint_for_pods_and_host(), "pathStyleAccess": True, "credentialsSecret": {"name": "s3"}},
+    assert bed.second_node is not None
+    spec = bench_spec(bed, checkpoint={"location": f"s3a://streamjob/bench/{name}/checkpoint", "triggerInterval": "1 second"},
                       restartPolicy={"type": "FixedDelay", "delaySeconds": 0, "maxRestarts": 100})
     spec["job"]["pipeline"]["sink"]["path"] = f"s3a://streamjob/bench/{name}/output"
     core.patch_node(bed.node_name, {"spec": {"unschedulable": True}})
@@ -212,13 +226,12 @@ def first_new_batch(s3: Any, location: str, after_batch: int) -> float:
 
 
 def stop_driver(bed: TestBed, custom: client.CustomObjectsApi, s3: Any, sig: signal.Signals) -> tuple[float, str]:
-    """Sends ``sig`` to the ready driver's process group; returns when, and the driver's name."""
+    """Sends ``sig`` to every process of the ready driver's container; returns when, and the driver's name."""
     wait(lambda: status(custom, "b").get("ready"), 600, "ready")
     time.sleep(5)
     st = status(custom, "b")
-    pid = int((bed.pod_log_dir(NS, st["driverPod"]) / "pid").read_text().strip())
-    at = time.time()
-    os.killpg(pid, sig)
+    bed.signal_pod(NS, st["driverPod"], sig)
+    at = time.time()  # ctr has returned: the signal is sent (the pod's read and ctr's start came before it)
     return at, str(st["driverPod"])
 
 
@@ -248,6 +261,7 @@ def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s
 def stamped(result: dict[str, Any]) -> dict[str, Any]:
     """The run's settings and circumstances, beside its figures."""
     result["driver_unreachable_seconds"] = 30  # the default: the benchmarked specs leave it out
+    result["core_request"] = CORE_REQUEST
     result["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     result["cpu_count"] = os.cpu_count()
     return result
@@ -262,13 +276,15 @@ def write_report(path: Path, r: dict[str, Any]) -> None:
 
 Produced by `python benchmarks/node_loss.py` ({r['measured_at']}, {r['cpu_count']} CPUs shared with other work;
 one driver in Spark local mode, rate source at 10 rows/s, 1 s trigger, checkpoint on the test bed's S3 server,
-`spec.restartPolicy.driverUnreachableSeconds` {limit}, the default). Times are medians; raw values below.
+`spec.restartPolicy.driverUnreachableSeconds` {limit}, the default; the driver a container of the built runtime
+image on the test bed's one real node, containerd and a kubelet, asking {r.get('core_request', '?')} of its CPUs; the
+operator on the host). Times are medians; raw values below.
 
 | measure | seconds | ratio to cold start |
 | --- | ---: | ---: |
 | cold start (pod created -> first batch committed) | {cold:.1f} | 1.00 |
 | driver killed (SIGKILL) -> first batch it had not committed | {kill:.1f} | {kill / cold:.2f} |
-| driver's node lost (processes frozen) -> first batch it had not committed | {lost:.1f} | {lost / cold:.2f} |
+| driver's node lost (its container frozen) -> first batch it had not committed | {lost:.1f} | {lost / cold:.2f} |
 
 Raw: `{json.dumps({k: [round(x, 2) for x in v] if isinstance(v, list) else v for k, v in r.items()})}`
 

@@ -1,15 +1,22 @@
 """Operator benchmark: upgrade downtime and failure reaction time, each next to the cold start of the same driver.
 
 Run: `python benchmarks/operator_bench.py [--rounds 2] [--report docs/benchmarks/operator.md]`
-(with the editable install; starts its own test bed and operator, takes minutes).
+(with the editable install and the images scripts/build-images.sh built; as root: starts its own test bed, with
+the real node, and the operator from this checkout on the host; takes minutes).
+
+The driver runs in a container of the built runtime image on the test bed's real node (containerd and a
+kubelet, this machine's 2 CPUs; the driver asks ``CORE_REQUEST``, 250m, as the e2e tests' jobs do, so that a
+warm standby fits beside it); the image names an upgrade moves between are tags of that image in the node's
+store (``bench_image``), as a registry would hold a release's. ``node_loss.py`` runs on its test bed and
+operator (``bench_operator``, ``bench_spec``); ``operator_scale.py`` takes its image names and CPU request.
 
 - cold start: driver pod created -> first batch committed (first `commits/N` object in S3);
 - upgrade downtime (savepoint mode): last batch committed by the old driver -> first batch
   committed by the new one past it (by batch id: the restore copies the savepoint's commits;
   commit objects' S3 timestamps, both checkpoint locations); measured
   for a cold upgrade and, in the same round, for one through a warm standby (spec.standby);
-- failure reaction: the driver's process killed (SIGKILL) -> replacement pod created
-  (seen by a watch), and -> first batch of the replacement.
+- failure reaction: every process of the driver's container killed (SIGKILL, through containerd:
+  ``TestBed.signal_pod``) -> replacement pod created (seen by a watch), and -> first batch of the replacement.
 - a bad-image upgrade (last): an image that cannot be pulled, through a warm standby -> the change
   blocked (StandbyFailed), and the longest time between two commits of the running driver meanwhile.
 Ratios are against the cold start measured in the same run.
@@ -35,11 +42,26 @@ from kubernetes import client, watch
 
 import job_runtime
 from driver_phases import breakdown, handover, handover_table, table
+from pod_logs import FollowedLog
 from testbed import TestBed
 
-IMAGE = "ghcr.io/streamjob/streamjob-runtime:0.1.0"
+# The benchmarks' runtime image names: tags of the image scripts/build-images.sh built, made in the node's store as a
+# registry holds a release's tags. A repository of their own, never the built name itself: tagging a name onto itself
+# deletes it first (ctr images tag --force).
+BENCH_REPOSITORY = "localhost/streamjob-bench/streamjob-runtime"
+IMAGE = f"{BENCH_REPOSITORY}:0.1.0"  # what the jobs start on (tagged by bench_operator); upgrades go to bench_image's
+# the CPU a driver asks of the scheduler: the real node has this machine's 2 CPUs (a request is a scheduling weight,
+# Spark still runs its tasks on `cores`), as tests/e2e's rate_job
+CORE_REQUEST = "250m"
 REPO = Path(job_runtime.__file__).resolve().parents[1]
 NS = "bench"
+
+
+def bench_image(bed: TestBed, tag: str) -> str:
+    """``BENCH_REPOSITORY:tag``, made a name of the built runtime image in every node's store of ``bed``."""
+    name = f"{BENCH_REPOSITORY}:{tag}"
+    bed.tag_runtime_image(name)
+    return name
 
 
 def commit_times(s3: Any, location: str) -> list[tuple[int, float]]:
@@ -88,11 +110,13 @@ def main() -> int:
 
 
 @contextmanager
-def bench_operator(**bed_options: Any) -> Iterator[tuple[TestBed, client.CoreV1Api, client.CustomObjectsApi, Any]]:
-    """A test bed (``TestBed(**bed_options)``) with the CRDs, namespace NS with the S3 Secret "s3", and the operator
-    running from this checkout."""
-    with TestBed(**bed_options) as bed:
+def bench_operator(nodes: int = 1) -> Iterator[tuple[TestBed, client.CoreV1Api, client.CustomObjectsApi, Any]]:
+    """A test bed with ``nodes`` real nodes, IMAGE in their stores, the CRDs, namespace NS with the S3 Secret "s3",
+    and the operator running from this checkout on the host (stopped before the bed: it dials pod IPs and the
+    bridge's address, testbed.podnet)."""
+    with TestBed(nodes=nodes) as bed:
         assert bed.s3 is not None
+        bed.tag_runtime_image(IMAGE)
         api = bed.api_client()
         core, custom, ext = client.CoreV1Api(api), client.CustomObjectsApi(api), client.ApiextensionsV1Api(api)
         s3 = bed.s3_client()
@@ -130,13 +154,13 @@ def pod_created(core: client.CoreV1Api, pod: str) -> float:
 
 def bench_spec(bed: TestBed, **over: Any) -> dict[str, Any]:
     """The benchmarked job: a rate source at 10 rows/s copied to json files, 1 s trigger, Spark local mode."""
-    assert bed.s3 is not None
     spec: dict[str, Any] = {
         "image": IMAGE, "statePartitions": 2,
         "checkpoint": {"location": "s3a://streamjob/bench/checkpoint", "triggerInterval": "1 second"},
         "savepoint": {"location": "s3://streamjob/bench-savepoints"},
-        "s3": {"endpoint": bed.s3.endpoint, "pathStyleAccess": True, "credentialsSecret": {"name": "s3"}},
-        "driver": {"memory": "512m"}, "executor": {"instances": 0},
+        # the operator (on the host) reads checkpoints and savepoints too: an endpoint the host and pods both reach
+        "s3": {"endpoint": bed.s3_endpoint_for_pods_and_host(), "pathStyleAccess": True, "credentialsSecret": {"name": "s3"}},
+        "driver": {"memory": "512m", "coreRequest": CORE_REQUEST}, "executor": {"instances": 0},
         "restartPolicy": {"type": "FixedDelay", "delaySeconds": 0, "maxRestarts": 100},
         "job": {"pipeline": {"sources": [{"name": "t", "kind": "rate", "options": {"rowsPerSecond": "10"}}],
                              "transforms": [{"name": "o", "sql": "SELECT value FROM t"}],
@@ -169,6 +193,9 @@ def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s
         """Applies ``change``; (old status, new status, downtime: last commit of the old -> first of the new,
         the time of that first commit of the new). A standby upgrade's phases go to result["phases_handover"]."""
         old = status(custom, "b")
+        standby = bool(change.get("standby", {}).get("enabled"))
+        # the upgrade deletes the old driver's pod, and its log with it: follow it from before the change
+        old_log = FollowedLog(core, NS, old["driverPod"]) if standby else None
         custom.patch_namespaced_custom_object("streamjob.io", "v1alpha1", NS, "streamjobs", "b", {"spec": change})
         # the new driver's storage hygiene prunes the old run's folder once it has committed: keep its last listing
         old_commits: list[tuple[int, float]] = []
@@ -183,31 +210,30 @@ def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s
         # by batch id: the restore copies the savepoint's commits into the new location, they are not new batches
         first_new = wait(lambda: [t for b, t in commit_times(s3, new["checkpointLocation"]) if b > last_batch], 600,
                          "the new driver's first batch")
-        if change.get("standby", {}).get("enabled"):
-            result["phases_handover"].append(handover(last_old, bed.pod_log(NS, old["driverPod"]),
-                                                      bed.pod_log(NS, new["driverPod"]), min(first_new)))
+        if old_log is not None:
+            result["phases_handover"].append(handover(last_old, old_log.text(), bed.pod_log(NS, new["driverPod"]),
+                                                      min(first_new)))
         return old, new, min(first_new) - last_old, min(first_new)
 
     for i in range(rounds):
         wait(lambda: status(custom, "b").get("ready"), 600, "ready")
         time.sleep(5)
-        _, new, downtime, first_new = upgrade({"image": IMAGE.replace("0.1.0", f"0.1.{i + 1}"), "standby": {"enabled": False}})
+        _, new, downtime, first_new = upgrade({"image": bench_image(bed, f"0.1.{i + 1}"), "standby": {"enabled": False}})
         result["upgrade_downtime_s"].append(downtime)
         # a restored start, for reference in the same run: to its first new batch (by batch id, as the downtime:
         # the commits the restore copied into the new location are older batches, copied before the query starts)
         result["cold_start_s"].append(first_new - pod_created(core, new["driverPod"]))
         # the same change through a warm standby: its pod is created before the old driver stops
         time.sleep(5)
-        _, _, downtime, _ = upgrade({"image": IMAGE.replace("0.1.0", f"0.2.{i + 1}"), "standby": {"enabled": True}})
+        _, _, downtime, _ = upgrade({"image": bench_image(bed, f"0.2.{i + 1}"), "standby": {"enabled": True}})
         result["standby_upgrade_downtime_s"].append(downtime)
 
         time.sleep(5)
         victim_status = status(custom, "b")
         victim = victim_status["driverPod"]
-        pid = int((bed.pod_log_dir(NS, victim) / "pid").read_text().strip())
         w = watch.Watch()
-        killed = time.time()
-        os.killpg(pid, signal.SIGKILL)
+        bed.signal_pod(NS, victim, signal.SIGKILL)
+        killed = time.time()  # ctr has returned: the kill is sent (the pod's read and ctr's start came before it)
         # S3 times have 1 s granularity: tell the replacement's commits by batch id, not by time
         committed_before = max((b for b, _ in commit_times(s3, victim_status["checkpointLocation"])), default=-1)
         replaced = None
@@ -229,6 +255,7 @@ def run(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, s
     result["bad_image"] = bad_image_upgrade(custom, s3)
     result["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     result["cpu_count"] = os.cpu_count()
+    result["core_request"] = CORE_REQUEST
     result["load_average"] = [round(x, 1) for x in os.getloadavg()]
     return result
 
@@ -287,7 +314,8 @@ def write_report(path: Path, r: dict[str, Any]) -> None:
 
 Produced by `python benchmarks/operator_bench.py` ({r['measured_at']}, {r['cpu_count']} CPUs shared with other
 work, load average at the end {" / ".join(map(str, r.get("load_average", ["?"])))} (1, 5, 15 min); one driver in Spark local mode, rate source at 10 rows/s, 1 s trigger, checkpoint and savepoints on the
-test bed's S3 server). Times are medians; raw values below.
+test bed's S3 server; the driver a container of the built runtime image on the test bed's real node, containerd and
+a kubelet, asking {r.get("core_request", "?")} of its CPUs; the operator on the host). Times are medians; raw values below.
 
 | measure | seconds | ratio to cold start |
 | --- | ---: | ---: |
@@ -315,7 +343,8 @@ Where a start goes, from the driver's own log lines and its checkpoint's commits
 
 {table({"cold start (first deploy)": r["phases_cold"], "failure recovery": r["phases_recovery"]})}
 Where a warm-standby upgrade's downtime goes, from the old driver's and the standby's log lines (the old
-driver's log as the test bed's kubelet kept it after the pod was deleted):
+driver's log followed through the API server from before the change until its container ended: the kubelet
+drops a pod's log with the pod):
 
 {handover_table(r.get("phases_handover", []))}
 Raw: `{json.dumps(rounded(r))}`

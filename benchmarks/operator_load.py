@@ -1,10 +1,12 @@
 """Operator load benchmark: the API requests, CPU and memory the operator spends on settled jobs.
 
 Run: `python benchmarks/operator_load.py [--jobs 100] [--window 120] [--report docs/benchmarks/operator-load.md]`
-(with the editable install; starts its own test bed, takes about 10 minutes).
+(with the editable install and the images scripts/build-images.sh built; as root: starts its own test bed, with
+the real node; takes about 10 minutes).
 
-The operator is installed with its Helm chart, so it runs as a pod under its own
-ServiceAccount and the API server's audit log records each of its requests. It
+The operator is installed with its Helm chart, so it runs as a pod (a container of the
+built operator image on the test bed's real node) under its own ServiceAccount, and the
+API server's audit log records each of its requests. It
 watches ``--jobs`` StreamJobs created suspended (no driver, as most jobs of a big
 installation are at any moment: suspended, failed or finished). Two settings are
 measured one after the other in the same run, each over ``--window`` seconds after
@@ -12,7 +14,8 @@ a warm-up: the old behaviour (``reconcile.idlePollSeconds=2``: every job gets a
 timer pass every 2 s, a GET of the StreamJob and a LIST of its driver pods) and the
 default (``reconcile.idlePollSeconds=60``). Reported per setting: requests per second
 by verb and resource (the Lease's included), the operator process's CPU (cores, from
-/proc utime+stime over the window) and its resident memory at the end.
+/proc utime+stime over the window) and its resident memory at the end: the container's
+process, whose host pid containerd reports (``TestBed.container_pid``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ REPO = Path(job_runtime.__file__).resolve().parents[1]
 NS = "load"
 RELEASE_NS = "streamjob-load"
 OPERATOR_USER = f"system:serviceaccount:{RELEASE_NS}:streamjob-operator"
+OPERATOR_PODS = "app.kubernetes.io/name=streamjob-operator"  # the chart's label on its operator pods
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -48,33 +52,20 @@ def helm(bed: TestBed, *args: str) -> None:
         raise SystemExit(f"helm {args[0]} failed: {done.stderr.strip()}\n{bed.component_logs()}")
 
 
-def job(name: str) -> dict[str, Any]:
+def job(name: str, s3_endpoint: str) -> dict[str, Any]:
+    """A suspended job: it never has a driver, so its image is never run."""
     return {
         "apiVersion": "streamjob.io/v1alpha1", "kind": "StreamJob", "metadata": {"name": name, "namespace": NS},
         "spec": {
             "image": "ghcr.io/streamjob/streamjob-runtime:0.1.0", "state": "suspended", "upgradeMode": "last-state",
             "checkpoint": {"location": f"s3a://streamjob/checkpoints/load/{name}"},
-            "s3": {"endpoint": "http://127.0.0.1:9000", "pathStyleAccess": True, "credentialsSecret": {"name": "s3"}},
+            "s3": {"endpoint": s3_endpoint, "pathStyleAccess": True, "credentialsSecret": {"name": "s3"}},
             "job": {"pipeline": {
                 "sources": [{"name": "events", "kind": "rate", "options": {"rowsPerSecond": "1"}}],
                 "sink": {"kind": "console"},
             }},
         },
     }
-
-
-def operator_pids() -> list[int]:
-    """The operator's processes on this machine (the test bed's kubelet runs pods as local processes)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(part.endswith(b"streamjob-operator") for part in cmd[:2]) and b"--idle-poll-seconds" in b" ".join(cmd):
-                pids.append(int(entry.name))
-    return pids
 
 
 def cpu_seconds(pid: int) -> float:
@@ -109,31 +100,30 @@ def operator_requests(audit_log: Path, since: datetime, until: datetime) -> Coun
 SETTINGS = ((2, False), (60, False), (2, True), (60, True))  # (idlePollSeconds, readCache); the first is 0.1.0's
 
 
-def measure(bed: TestBed, idle_seconds: int, read_cache: bool, jobs: int, window: float, warmup: float) -> dict[str, Any]:
+def measure(bed: TestBed, core: client.CoreV1Api, idle_seconds: int, read_cache: bool, jobs: int, window: float,
+            warmup: float) -> dict[str, Any]:
     helm(bed, "upgrade", "--install", "streamjob", str(REPO / "charts" / "streamjob"), "--namespace", RELEASE_NS,
          "--create-namespace", "--set", f"watchNamespaces={{{NS}}}", "--set", "driverServiceAccount.create=false",
          "--set", f"reconcile.idlePollSeconds={idle_seconds}", "--set", f"reconcile.readCache={str(read_cache).lower()}",
          "--wait", "--timeout", "240s")
     wanted = f"--idle-poll-seconds={idle_seconds}" + ("" if read_cache else " --no-read-cache")
 
-    def cmdline(pid: int) -> str:
-        try:
-            return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            return ""
+    def the_new_operator() -> int | None:
+        """Its container's host pid, once the operator pod with this setting runs alone (the old replica gone)."""
+        pods = core.list_namespaced_pod(RELEASE_NS, label_selector=OPERATOR_PODS).items  # a deleted one still counts
+        if len(pods) != 1 or pods[0].status.phase != "Running":
+            return None
+        args = pods[0].spec.containers[0].args or []
+        if f"--idle-poll-seconds={idle_seconds}" not in args or ("--no-read-cache" in args) == read_cache:
+            return None
+        return bed.container_pid(RELEASE_NS, pods[0].metadata.name)
 
-    def the_new_operator() -> list[int]:
-        pids = operator_pids()
-        mine = [p for p in pids if wanted in cmdline(p) and (read_cache or "--no-read-cache" in cmdline(p))
-                and (not read_cache or "--no-read-cache" not in cmdline(p))]
-        return mine if mine and len(mine) == len(pids) else []  # the old replica gone
-
-    pids = wait_for(the_new_operator, 240, f"the operator with {wanted} alone")
+    pid = wait_for(the_new_operator, 240, f"the operator with {wanted} alone")
     time.sleep(warmup)  # the Lease taken, every job passed once, gates set
     since = datetime.now(timezone.utc)
-    cpu0 = sum(cpu_seconds(p) for p in pids)
+    cpu0 = cpu_seconds(pid)
     time.sleep(window)
-    cpu1 = sum(cpu_seconds(p) for p in pids)
+    cpu1 = cpu_seconds(pid)
     until = datetime.now(timezone.utc)
     time.sleep(3)  # the audit log's writer catches up
     counts = operator_requests(bed.audit_log, since, until)
@@ -142,7 +132,7 @@ def measure(bed: TestBed, idle_seconds: int, read_cache: bool, jobs: int, window
         "requests_per_s": round(sum(counts.values()) / window, 2),
         "by_request_per_s": {k: round(v / window, 2) for k, v in counts.most_common()},
         "cpu_cores": round((cpu1 - cpu0) / window, 3),
-        "rss_mb": round(sum(rss_mb(p) for p in pids), 1),
+        "rss_mb": round(rss_mb(pid), 1),
     }
 
 
@@ -164,8 +154,9 @@ def main() -> int:
         time.sleep(2)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
         for i in range(args.jobs):
-            custom.create_namespaced_custom_object("streamjob.io", "v1alpha1", NS, "streamjobs", job(f"idle-{i:04d}"))
-        results = [measure(bed, seconds, cache, args.jobs, args.window, args.warmup) for seconds, cache in SETTINGS]
+            custom.create_namespaced_custom_object("streamjob.io", "v1alpha1", NS, "streamjobs",
+                                                   job(f"idle-{i:04d}", bed.s3_endpoint_for_pods()))
+        results = [measure(bed, core, seconds, cache, args.jobs, args.window, args.warmup) for seconds, cache in SETTINGS]
         suspended = custom.list_namespaced_custom_object("streamjob.io", "v1alpha1", NS, "streamjobs")["items"]
         states = Counter((item.get("status") or {}).get("state") for item in suspended)
     write_report(args.report, results, states, args)
@@ -184,7 +175,9 @@ def write_report(path: Path, results: list[dict[str, Any]], states: Counter[Any]
 
 Produced by `python benchmarks/operator_load.py --jobs {args.jobs} --window {args.window:g}`
 ({datetime.now(timezone.utc).isoformat(timespec='seconds')}, {os.cpu_count()} CPUs shared with other work). The operator
-runs from its Helm chart as a pod under its ServiceAccount; the API server's audit log counts its requests.
+runs from its Helm chart as a pod under its ServiceAccount, a container of the built operator image on the test bed's
+real node (containerd and a kubelet; CPU and RSS from /proc of its process); the API server's audit log counts its
+requests.
 {args.jobs} StreamJobs, all created `state: suspended` (states at the end: {dict(states)}). The four settings are
 measured in this run, one after the other (a `helm upgrade` between them), each over {args.window:g} s after a
 {args.warmup:g} s warm-up. The first row is the behaviour of 0.1.0.

@@ -1,36 +1,46 @@
 """Operator scale benchmark: one operator, 1,000 StreamJobs (a few with real drivers, the rest simulated).
 
 Run: `python benchmarks/operator_scale.py [--jobs 1000] [--real 2] [--report docs/benchmarks/operator-scale.md]`
-(with the editable install and the test bed's binaries; builds kwok once with
-`testbed/build/build-kwok.sh`; starts its own test bed; 1,000 jobs took over 50 minutes on a shared 2-CPU
-machine, 50 jobs about 20).
+(with the editable install, the test bed's binaries and the images scripts/build-images.sh built; as root;
+builds kwok once with `testbed/build/build-kwok.sh`; starts its own test bed, with the real node; 1,000 jobs
+took over 50 minutes on a shared 2-CPU machine, 50 jobs about 20, before the move to the real node).
 
 Design, and why:
 
-- **The operator** runs from its Helm chart as a pod of the test bed's process kubelet, under its
-  own ServiceAccount, so the API server's audit log counts its requests (as
-  ``operator_load.py``); its CPU and RSS are read from /proc (its pod is a local process). Its Lease
-  is ``--lease-seconds`` (60; the chart's 15 s default made it step down while the API server was slow
-  with the 1,000 creations, see the report).
-- **A few real drivers** (``--real``, default 2): ordinary StreamJobs whose driver pods the
-  process kubelet runs (a Spark driver in local mode, rate source, console sink).
+- **The operator** runs from its Helm chart as a pod on the test bed's real node (a container of
+  the built operator image), under its own ServiceAccount, so the API server's audit log counts its
+  requests (as ``operator_load.py``); its CPU and RSS are read from /proc of its container's
+  process (``TestBed.container_pid``: the host sees a container's processes). Its pod runs on the
+  host's network (``hostNetwork``, patched into the chart's Deployment, which has no such value)
+  so that it reaches the simulated drivers' loopback addresses (below). Its Lease is
+  ``--lease-seconds`` (60; the chart's 15 s default made it step down while the API server was
+  slow with the 1,000 creations, see the report). On the host's network its ports are the
+  host's (free ones are chosen), so when its pod is deleted the scheduler places the
+  replacement only once the old pod is gone.
+- **A few real drivers** (``--real``, default 2): ordinary StreamJobs whose driver pods run on the
+  real node (containers of the built runtime image: a Spark driver in local mode, rate source,
+  console sink). Each asks ``CORE_REQUEST`` (250m) of the node's CPUs, which are this machine's 2:
+  7 fit beside the operator's 100m; the run counts how many fit, refuses a larger ``--real`` and
+  the report says the figure.
 - **The rest are simulated, by a load generator.** 1,000 JVMs do not fit on 2 cores, nor
   1,000 pod sandboxes on one kubelet. Their pods go to a kwok node (``sigs.k8s.io/kwok``, the
   tool controller authors use at this scale: it plays a node and its pods' lifecycle,
   Pending -> Running with an IP -> deleted, and runs no process). The jobs' pod template pins
-  ``nodeName`` to the kwok node (the test bed has no scheduler; the process kubelet binds
-  only pods without a node and runs only its own). The kwok node's pod CIDR is on loopback
+  ``nodeName`` to the kwok node (simplest: the test bed's kube-scheduler leaves a pod with a node
+  alone); the kwok node is tainted ``NoSchedule``, so the scheduler puts neither the operator nor a
+  real driver there. The kwok node's pod CIDR is on loopback
   (127.128.0.0/16: Linux routes all of 127/8 to lo), so every address the operator dials is
-  local, and the load generator (``benchmarks/loadgen.py``, one asyncio process) listens on
-  each simulated pod's address at the control port and answers ``GET /status`` from a
-  fixture (RUNNING, a batch id that advances), checking the job's bearer token.
+  local to the host, and the load generator (``benchmarks/loadgen.py``, one asyncio process on
+  the host) listens on each simulated pod's address at the control port and answers ``GET /status``
+  from a fixture (RUNNING, a batch id that advances), checking the job's bearer token.
 - **Phases, one run**: create every job at once -> all Ready (the Spark operator's
   figure for 1,000 applications is 340 s); idle window (operator CPU, RSS, requests/s
   from the audit log); operator restart (its pod deleted -> every simulated job polled by
   the new operator and every job Ready); failure reaction of the real drivers (SIGKILL of
-  the driver's process group -> the operator deletes the failed pod or creates its
-  replacement, seen by a pod watch; p99 over ``--kills`` rounds); a rolling upgrade of
-  every job (an image tag change, ``upgradeMode: last-state``) under the operator's
+  every process of the driver's container, through containerd: ``TestBed.signal_pod`` -> the
+  operator deletes the failed pod or creates its replacement, seen by a pod watch; p99 over
+  ``--kills`` rounds); a rolling upgrade of every job (an image tag change, a tag of the built
+  runtime image in the node's store, ``upgradeMode: last-state``) under the operator's
   ``--max-concurrent-upgrades`` (``--max-concurrent-upgrades`` here, the chart's default
   otherwise), with the most jobs recording an upgrade or rollback at once, from every
   status version the watch sees.
@@ -62,11 +72,12 @@ from typing import Any
 from kubernetes import client, watch
 
 import job_runtime
-from operator_load import cpu_seconds, rss_mb
+from operator_bench import CORE_REQUEST, IMAGE, bench_image
+from operator_load import OPERATOR_PODS, cpu_seconds, helm, rss_mb
 from report import machine, publish, reproduce
 from streamjob_operator.progress import DEFAULT_POLLS_PER_SECOND, DEFAULT_WRITES_PER_SECOND
 from streamjob_operator.slots import DEFAULT_LIMIT
-from testbed import TestBed, locate
+from testbed import TestBed
 from testbed.proc import ManagedProcess, free_port
 from testbed.waiting import wait_for
 
@@ -74,7 +85,7 @@ REPO = Path(job_runtime.__file__).resolve().parents[1]
 NS = "scale"
 RELEASE_NS = "streamjob-scale"
 OPERATOR_USER = f"system:serviceaccount:{RELEASE_NS}:streamjob-operator"
-IMAGE = "ghcr.io/streamjob/streamjob-runtime:0.1.0"
+OPERATOR = "streamjob-operator"  # the chart's Deployment
 KWOK_NODE = "kwok-node"
 POD_CIDR = "127.128.0.0/16"
 CONTROL_PORT = 8765
@@ -101,7 +112,9 @@ def kwok_node() -> dict[str, Any]:
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": KWOK_NODE, "annotations": {"kwok.x-k8s.io/node": "fake"},
                      "labels": {"type": "kwok", "kubernetes.io/hostname": KWOK_NODE, "kubernetes.io/os": "linux"}},
-        "spec": {"podCIDR": POD_CIDR, "podCIDRs": [POD_CIDR]},
+        # tainted: the scheduler puts nothing here; the simulated drivers name it (nodeName)
+        "spec": {"podCIDR": POD_CIDR, "podCIDRs": [POD_CIDR],
+                 "taints": [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]},
         "status": {"allocatable": {"cpu": "1000", "memory": "4Ti", "pods": "5000"},
                    "capacity": {"cpu": "1000", "memory": "4Ti", "pods": "5000"}},
     }
@@ -134,21 +147,44 @@ def loadgen_up(port: int) -> bool:
         return False
 
 
-def helm(bed: TestBed, *args: str) -> None:
-    done = subprocess.run([str(locate.bin_dir() / "helm"), f"--kubeconfig={bed.kubeconfig}", *args],
-                          capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        raise SystemExit(f"helm {args[0]} failed: {done.stderr.strip()}\n{bed.component_logs()}")
+def install_operator(bed: TestBed, api: client.ApiClient, args: argparse.Namespace) -> None:
+    """The chart's operator, its pod on the host's network: it dials each simulated driver at a loopback address
+    of the host, which a pod's own network does not reach (testbed.podnet: only the bridge's address leads out).
+    The chart has no such value, so it is installed with no replica, its Deployment patched, then scaled to one."""
+    helm(bed, "upgrade", "--install", "streamjob", str(REPO / "charts" / "streamjob"), "--namespace", RELEASE_NS,
+         "--create-namespace", "--set", f"watchNamespaces={{{NS}}}", "--set", "driverServiceAccount.create=false",
+         "--set", f"leaderElection.leaseSeconds={args.lease_seconds}",
+         "--set", f"leaderElection.renewDeadlineSeconds={args.lease_seconds * 2 // 3}",
+         "--set", f"reconcile.maxConcurrentUpgrades={args.max_concurrent_upgrades}",
+         # the host's ports then: free ones rather than the chart's 8080 and 9090
+         "--set", f"livenessPort={free_port()}", "--set", f"metrics.port={free_port()}",
+         "--set", "replicas=0", "--wait", "--timeout", "240s")
+    client.AppsV1Api(api).patch_namespaced_deployment(
+        OPERATOR, RELEASE_NS, {"spec": {"replicas": 1, "template": {"spec": {"hostNetwork": True}}}})
+    core = client.CoreV1Api(api)
+    wait_for(lambda: [p for p in operator_pods(core) if any(c.type == "Ready" and c.status == "True"
+                                                             for c in p.status.conditions or [])],
+             240, "the operator pod Ready")
 
 
 def operator_pods(core: client.CoreV1Api) -> list[Any]:
-    return [p for p in core.list_namespaced_pod(RELEASE_NS, label_selector="app.kubernetes.io/name=streamjob-operator").items
+    return [p for p in core.list_namespaced_pod(RELEASE_NS, label_selector=OPERATOR_PODS).items
             if not p.metadata.deletion_timestamp]
 
 
-def operator_pid(bed: TestBed, pod: str) -> int:
-    """The operator's main process: the process kubelet writes each container's pid beside its log."""
-    return int((bed.pod_log_dir(RELEASE_NS, pod) / "pid").read_text().strip())
+def millicores(quantity: str) -> int:
+    """A CPU quantity (2, 1.5, 250m) in millicores."""
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+def drivers_that_fit(core: client.CoreV1Api, node: str) -> int:
+    """How many real drivers, CORE_REQUEST of CPU each, the node's allocatable CPU holds beside what its pods
+    request already (the operator's)."""
+    allocatable = millicores(core.read_node(node).status.allocatable["cpu"])
+    pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    requested = sum(millicores(((c.resources and c.resources.requests) or {}).get("cpu", "0"))
+                    for p in pods if p.status.phase not in ("Succeeded", "Failed") for c in p.spec.containers)
+    return (allocatable - requested) // millicores(CORE_REQUEST)
 
 
 def operator_requests(audit_log: Path, since: float, until: float) -> Counter[str]:
@@ -176,17 +212,17 @@ def operator_requests(audit_log: Path, since: float, until: float) -> Counter[st
 
 
 def job(bed: TestBed, name: str, simulated: bool) -> dict[str, Any]:
-    assert bed.s3 is not None
     spec: dict[str, Any] = {
         "image": IMAGE, "upgradeMode": "last-state",
         "checkpoint": {"location": f"s3a://streamjob/checkpoints/scale/{name}", "triggerInterval": "5 seconds"},
-        "s3": {"endpoint": bed.s3.endpoint, "pathStyleAccess": True, "credentialsSecret": {"name": "s3"}},
-        "driver": {"memory": "512m"}, "executor": {"instances": 0},
+        # the operator (on the host's network) and the real drivers (pods) both reach it
+        "s3": {"endpoint": bed.s3_endpoint_for_pods_and_host(), "pathStyleAccess": True, "credentialsSecret": {"name": "s3"}},
+        "driver": {"memory": "512m", "coreRequest": CORE_REQUEST}, "executor": {"instances": 0},
         "restartPolicy": {"type": "FixedDelay", "delaySeconds": 0, "maxRestarts": 100},
         "job": {"pipeline": {"sources": [{"name": "events", "kind": "rate", "options": {"rowsPerSecond": "1"}}],
                              "sink": {"kind": "console"}}},
     }
-    if simulated:  # a kwok pod: no scheduler in the test bed, so the template names the node
+    if simulated:  # a kwok pod: the template names the node, and the scheduler leaves it alone
         spec["podTemplate"] = {"metadata": {"labels": {"scale.streamjob.io/load": "simulated"}},
                                "spec": {"nodeName": KWOK_NODE}}
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamJob", "metadata": {"name": name, "namespace": NS}, "spec": spec}
@@ -315,7 +351,7 @@ def create_all(bed: TestBed, custom: client.CustomObjectsApi, names: list[str], 
 def idle(bed: TestBed, core: client.CoreV1Api, stats_port: int, warmup: float, window: float) -> dict[str, Any]:
     time.sleep(warmup)
     pod = operator_pods(core)[0].metadata.name
-    pid = operator_pid(bed, pod)
+    pid = bed.container_pid(RELEASE_NS, pod)
     calls0 = loadgen_stats(stats_port)["calls"]
     since, cpu0 = time.time(), cpu_seconds(pid)
     time.sleep(window)
@@ -334,8 +370,8 @@ def idle(bed: TestBed, core: client.CoreV1Api, stats_port: int, warmup: float, w
 
 def failure_reaction(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsApi, real: list[str],
                      rounds: int) -> dict[str, Any]:
-    """Each round SIGKILLs every real driver at once; per kill: -> pod Failed (the kubelet), -> the operator's
-    first reaction (the failed pod deleted or a replacement created), both seen by one pod watch."""
+    """Each round SIGKILLs every real driver's container, one after the other; per kill: -> pod Failed (the kubelet),
+    -> the operator's first reaction (the failed pod deleted or a replacement created), both seen by one pod watch."""
     samples: list[dict[str, Any]] = []
     for rnd in range(rounds):
         victims: dict[str, str] = {}
@@ -373,9 +409,8 @@ def failure_reaction(bed: TestBed, core: client.CoreV1Api, custom: client.Custom
         time.sleep(1)
         killed: dict[str, float] = {}
         for name, pod in victims.items():
-            pid = int((bed.pod_log_dir(NS, pod) / "pid").read_text().strip())
-            killed[name] = time.time()
-            os.killpg(pid, signal.SIGKILL)
+            bed.signal_pod(NS, pod, signal.SIGKILL)
+            killed[name] = time.time()  # ctr has returned: the kill is sent (the pod's read and ctr's start came before)
         thread.join(120)
         done.set()
         for name in real:
@@ -437,7 +472,7 @@ def restart(bed: TestBed, core: client.CoreV1Api, custom: client.CustomObjectsAp
 def rolling_upgrade(bed: TestBed, custom: client.CustomObjectsApi, names: list[str]) -> dict[str, Any]:
     """Every job's image tag changed at once; until every job runs a new driver, Ready; jobs in flight sampled."""
     before = {n: s.get("driverPod") for n, s in statuses(custom).items()}
-    new_image = IMAGE.replace("0.1.0", "0.1.1")
+    new_image = bench_image(bed, "0.1.1")
     assert _watch is not None
     _watch.reset_peak()
     started = time.time()
@@ -478,6 +513,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "progress_writes_per_second": DEFAULT_WRITES_PER_SECOND}
     with TestBed(Path(tempfile.mkdtemp(prefix="scale-testbed-")), kafka=False) as bed:
         assert bed.s3 is not None
+        bed.tag_runtime_image(IMAGE)
         api = bed.api_client()
         core, custom, ext = client.CoreV1Api(api), client.CustomObjectsApi(api), client.ApiextensionsV1Api(api)
         import yaml
@@ -498,13 +534,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             wait_for(lambda: core.read_namespaced_service_account("default", NS), 30, "default SA")
             core.create_namespaced_secret(NS, client.V1Secret(metadata=client.V1ObjectMeta(name="s3"), string_data={
                 "AWS_ACCESS_KEY_ID": bed.s3.access_key, "AWS_SECRET_ACCESS_KEY": bed.s3.secret_key}))
-            helm(bed, "upgrade", "--install", "streamjob", str(REPO / "charts" / "streamjob"), "--namespace", RELEASE_NS,
-                 "--create-namespace", "--set", f"watchNamespaces={{{NS}}}", "--set", "driverServiceAccount.create=false",
-                 "--set", f"leaderElection.leaseSeconds={args.lease_seconds}",
-                 "--set", f"leaderElection.renewDeadlineSeconds={args.lease_seconds * 2 // 3}",
-                 "--set", f"reconcile.maxConcurrentUpgrades={args.max_concurrent_upgrades}",
-                 "--wait", "--timeout", "240s")
+            install_operator(bed, api, args)
             log("operator installed")
+            fit = drivers_that_fit(core, bed.node_name)
+            result.update(real_driver_cpu=CORE_REQUEST, real_drivers_fit=fit,
+                          node_cpu=core.read_node(bed.node_name).status.allocatable["cpu"])
+            if args.real > fit:
+                raise SystemExit(f"--real {args.real}: {fit} drivers at {CORE_REQUEST} CPU fit on node {bed.node_name} "
+                                 "beside the operator")
             real = [f"real-{i}" for i in range(args.real)]
             names = real + [f"sim-{i:04d}" for i in range(args.jobs - args.real)]
             global _watch
@@ -613,10 +650,10 @@ def write_report(path: Path, r: dict[str, Any], args: argparse.Namespace) -> Non
         kills = ", ".join(f"{x['reaction_s']} s" for x in f["samples"])
         rows.append(("failure reaction of a real driver, p99", "<= 2 s",
                      f"{f['p99_s']} s (p50 {f['p50_s']} s, {len(f['samples'])} kills)", verdict(f["p99_s"] is not None and f["p99_s"] <= 2)))
-        bullets.append(f"""- **Failure reaction**: each round SIGKILLs every real driver's process group at once; from the kill
-  to the operator's first reaction (the failed pod deleted, or its replacement created, whichever a pod watch
-  sees first): {kills}. p50 {f['p50_s']} s, p99 {f['p99_s']} s (with {len(f['samples'])} samples the p99 is the
-  maximum), {f['missed']} missed; after the kubelet reported the pod Failed: p50 {f['after_pod_failed_p50_s']} s.""")
+        bullets.append(f"""- **Failure reaction**: each round SIGKILLs every real driver's container (every process of it,
+  through containerd), one driver after the other; from each kill to the operator's first reaction (the failed
+  pod deleted, or its replacement created, whichever a pod watch sees first): {kills}. p50 {f['p50_s']} s,
+  p99 {f['p99_s']} s (with {len(f['samples'])} samples the p99 is the maximum), {f['missed']} missed; after the kubelet reported the pod Failed: p50 {f['after_pod_failed_p50_s']} s.""")
     bound = r.get("max_concurrent_upgrades")  # None: a run from before the setting
     if u and bound is not None:
         peak = u["peak_upgrading"]
@@ -650,9 +687,11 @@ def write_report(path: Path, r: dict[str, Any], args: argparse.Namespace) -> Non
            + (f" --max-concurrent-upgrades {bound}" if bound is not None else ""))
     publish(path, f"""# Operator at scale: {r['jobs']} StreamJobs
 
-One operator (from its Helm chart, as a pod of the test bed's process kubelet, under its ServiceAccount, with
-`leaderElection.leaseSeconds={r.get('lease_seconds', 15)}`), one run, {r['jobs']} StreamJobs: **{r['real']} with real
-drivers** (Spark in local mode on the process kubelet) and **{sim} simulated by a load generator**
+One operator (from its Helm chart, as a pod on the test bed's real node, containerd and a kubelet, on the host's
+network, under its ServiceAccount, with `leaderElection.leaseSeconds={r.get('lease_seconds', 15)}`), one run,
+{r['jobs']} StreamJobs: **{r['real']} with real drivers** (Spark in local mode, each a container of the built runtime
+image on the real node asking {r.get('real_driver_cpu', '?')} of its {r.get('node_cpu', '?')} CPUs:
+{r.get('real_drivers_fit', '?')} fit beside the operator) and **{sim} simulated by a load generator**
 (`benchmarks/loadgen.py`: their driver pods are kwok pods, `{r['kwok']}`, on a simulated node whose pod CIDR is
 {POD_CIDR} on loopback; one asyncio process listens on each pod's address at the control port and answers
 `GET /status` from a fixture, RUNNING with an advancing batch id, after checking the job's bearer token;
