@@ -18,7 +18,8 @@ next ``claim()``, which sweeps the leftovers first):
   Service-range packets that would leave on any other interface (``testbed.podnet``);
 - ``net.ipv4.ip_forward=1`` (a pod reaching a Service whose endpoint is another pod on
   the bridge is routed back onto it), restored to its former value;
-- cgroups under ``/streamjob-node`` in every hierarchy (the kubelet's ``cgroupRoot``);
+- cgroups under ``/streamjob-node`` in every hierarchy (the kubelet's ``cgroupRoot``), weighted as this
+  machine's CPUs against host processes (``weigh_as_the_machines_cpus``);
 - iptables and ip6tables chains named ``KUBE-*`` (kubelet, kube-proxy), ``CNI-*``
   (portmap) and ``STREAMJOB-*`` (ours), in filter, nat, mangle and raw;
 - everything under the node's home (``testbed.node.NODE_HOME``,
@@ -92,6 +93,20 @@ def setup(facts: hostfacts.HostFacts, *, home: Path, state_file: Path) -> None:
     if facts.cgroup_version == 2:  # the root hands the pods' controllers down
         (hostfacts.CGROUP_ROOT / "cgroup.subtree_control").write_text(_v2_controllers())
     make_cgroup_parent(facts, CGROUP_PARENT)
+    weigh_as_the_machines_cpus(facts, CGROUP_PARENT)
+
+
+def weigh_as_the_machines_cpus(facts: hostfacts.HostFacts, parent: str) -> None:
+    """Gives the node's cgroup the CPU weight of this machine's CPUs. A new cgroup weighs as much as one host
+    process (v1 ``cpu.shares`` 1024, v2 ``cpu.weight`` 100), so every pod together got one process's share of the
+    CPUs whenever the host was busy (the operator on the host, the API server, a test's Spark); a node's kubelet
+    gives its ``kubepods`` the weight of its allocatable CPUs, and so does this, one level up."""
+    cpus = os.cpu_count() or 1
+    for top in _cgroup_tops(facts, parent):
+        if facts.cgroup_version == 2 and (top / "cpu.weight").exists():
+            (top / "cpu.weight").write_text(str(min(10000, 100 * cpus)))
+        elif (top / "cpu.shares").exists():
+            (top / "cpu.shares").write_text(str(1024 * cpus))
 
 
 def make_cgroup_parent(facts: hostfacts.HostFacts, parent: str) -> None:

@@ -130,6 +130,18 @@ def test_node_is_ready_with_containerd_and_the_bridge_address(core: client.CoreV
     assert [a.ip for s in endpoints.subsets for a in s.addresses] == [BRIDGE_IP]
 
 
+
+def test_the_nodes_pods_weigh_as_the_machines_cpus_against_host_processes(real_bed: TestBed) -> None:
+    # a new cgroup weighs as one host process: every pod together would get one process's share of a busy machine
+    facts = hostfacts.detect()
+    cpus = os.cpu_count() or 1
+    if facts.cgroup_version == 2:
+        tops = {Path(hostfacts.CGROUP_ROOT) / CGROUP_PARENT: ("cpu.weight", min(10000, 100 * cpus))}
+    else:
+        tops = {Path(facts.cgroup_v1_hierarchies["cpu"]) / CGROUP_PARENT: ("cpu.shares", 1024 * cpus)}
+    for top, (name, weight) in tops.items():
+        assert int((top / name).read_text()) == weight, top / name
+
 def test_runtime_image_pod_runs_a_command_and_its_log_is_read_through_the_api(core: client.CoreV1Api, real_bed: TestBed, ns: str) -> None:
     image = imagestore.runtime_image()
     command = ["python3", "-c", "import job_runtime, pyspark, socket; print('runtime', pyspark.__version__, socket.gethostname())"]
