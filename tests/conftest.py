@@ -64,7 +64,7 @@ def stop_bed(bed: TestBed, request: pytest.FixtureRequest) -> None:
     keep = request.session.testsfailed > 0 or os.environ.get("STREAMJOB_KEEP_TESTBED") == "1"
     bed.stop(keep=keep)
     if keep:
-        message = f"test bed logs kept in {bed.run_dir} (components: {bed.log_dir}, pods: {bed.pod_logs_dir})"
+        message = f"test bed logs kept in {bed.log_dir} (the node's pod logs go with its sweep: read them through the API)"
         reporter = request.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(message)
