@@ -82,11 +82,6 @@ def pod(name: str, image: str, command: list[str], *, restart: str = "Never", la
     )
 
 
-def pod_log(core: client.CoreV1Api, ns: str, name: str) -> str:
-    # without _preload_content=False the client returns str(bytes)
-    return str(core.read_namespaced_pod_log(name, ns, _preload_content=False).data.decode(errors="replace"))
-
-
 def finished(core: client.CoreV1Api, ns: str, name: str, timeout: float = POD_TIMEOUT) -> client.V1ContainerStateTerminated:
     def probe() -> client.V1ContainerStateTerminated | None:
         p = core.read_namespaced_pod(name, ns)
@@ -149,9 +144,9 @@ def test_runtime_image_pod_runs_a_command_and_its_log_is_read_through_the_api(co
 
     terminated = finished(core, ns, "runtime", timeout=180)
 
-    assert terminated.exit_code == 0, pod_log(core, ns, "runtime")
-    assert "runtime 4." in pod_log(core, ns, "runtime")
-    assert pod_log(core, ns, "runtime").strip().endswith(" runtime")  # hostname = pod name
+    assert terminated.exit_code == 0, real_bed.pod_log(ns, "runtime")
+    assert "runtime 4." in real_bed.pod_log(ns, "runtime")
+    assert real_bed.pod_log(ns, "runtime").strip().endswith(" runtime")  # hostname = pod name
 
 
 def test_pod_reaches_another_pod_through_a_service_name(core: client.CoreV1Api, real_bed: TestBed, ns: str) -> None:
@@ -174,7 +169,7 @@ def test_pod_reaches_another_pod_through_a_service_name(core: client.CoreV1Api, 
     core.create_namespaced_pod(ns, pod("client", image, ["sh", "-c", script]))
 
     terminated = finished(core, ns, "client")
-    out = pod_log(core, ns, "client")
+    out = real_bed.pod_log(ns, "client")
 
     assert terminated.exit_code == 0, out
     assert out.count("hello-through-the-service") == 2, out
@@ -231,7 +226,7 @@ def test_a_pod_reaches_s3_through_the_s3_service(core: client.CoreV1Api, real_be
     core.create_namespaced_pod(ns, pod("s3probe", busybox(real_bed), ["sh", "-c", script]))
 
     finished(core, ns, "s3probe")
-    out = pod_log(core, ns, "s3probe")
+    out = real_bed.pod_log(ns, "s3probe")
 
     assert "403" in out or "Forbidden" in out, out
 
@@ -281,7 +276,7 @@ def test_a_pod_reaches_the_broker_through_the_kafka_service_with_tls_and_scram(c
     core.create_namespaced_pod(ns, probe)
 
     done = finished(core, ns, "kafkaprobe", timeout=180)
-    out = pod_log(core, ns, "kafkaprobe")
+    out = real_bed.pod_log(ns, "kafkaprobe")
 
     assert done.exit_code == 0, out
     # the broker's certificate is the test bed CA's: verified with it, refused by the image's public CAs alone
