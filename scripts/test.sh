@@ -6,6 +6,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/bootstrap.sh
+echo "test.sh: bootstrap took ${SECONDS}s" >&2
 # shellcheck disable=SC1091
 source .streamjob-env
-exec "$STREAMJOB_VENV/bin/pytest" -q -p no:cacheprovider --durations=25 "$@"
+exec "$STREAMJOB_VENV/bin/pytest" -q -p no:cacheprovider --durations=0 --durations-min=15 "$@"
