@@ -56,6 +56,13 @@ class Delivery(str, Enum):
     at_least_once = "atLeastOnce"
 
 
+class KafkaProducers(str, Enum):
+    """Who sends an exactly-once batch's records (docs/delivery.md, "Who produces")."""
+
+    driver = "driver"
+    executors = "executors"
+
+
 # The broker's default transaction.max.timeout.ms (15 minutes): a longer
 # transaction timeout is refused by the broker at the first batch.
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
@@ -255,6 +262,14 @@ class KafkaSink(Model):
         description="transaction.timeout.ms of the exactly-once producer, at most the broker's transaction.max.timeout.ms "
         "(15 minutes by default). It also caps the batch: the job's Kafka sources plan at most timeout in seconds x 5,000 "
         "records a batch (300,000 at the default; a smaller maxOffsetsPerTrigger is kept), docs/delivery.md.",
+    )
+    producers: KafkaProducers = Field(
+        default=KafkaProducers.driver,
+        description="Who sends an exactlyOnce batch's records. driver: one transaction per batch, visible whole "
+        "(records pass through the driver). executors: each task of the batch sends its partition in a transaction "
+        "of its own, with a marker per task in the topic streamjob-markers.<namespace>.<name> (created by the job); "
+        "faster, visible task by task, and the query must give each task the same rows when a batch is re-run "
+        "(docs/delivery.md).",
     )
     sasl: KafkaSasl | None = Field(default=None, description="SASL authentication to the brokers (credentials by Secret reference).")
 

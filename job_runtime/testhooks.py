@@ -12,6 +12,9 @@ these variables. The kill tests (tests/runtime/test_runtime_kill_points.py) set:
                          "restore:<n>"    pause after the n-th file of a restore was copied
                          "kafka-before-commit:<n>"  the Kafka sink's n-th transaction, sent, not committed
                          "kafka-after-commit:<n>"   the n-th transaction committed, before Spark's commit log
+                         (with executors producing, the batch marker's transaction: every task published)
+                         "kafka-task-before-commit:<n>"  an executor's n-th task transaction sent, not committed
+                         "kafka-task-after-commit:<n>"   an executor's n-th task transaction committed
                          (points inside Spark's own writes, "open:|write:|close:<regex>",
                          belong to the test's JVM hook, tests/runtime/pausepoint/)
     STREAMJOB_PAUSE_DIR  where "paused-<line number>" is written when a point is reached

@@ -27,7 +27,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from streamjob_contract.s3 import S3Config, Store, parse_location
@@ -61,6 +61,13 @@ class Fence:
     location: str
     epoch: int
     store: Store
+    s3: S3Config | None = field(default=None, repr=False, compare=False)  # how the store was reached
+
+    def portable(self) -> "EpochCheck":
+        """This fence as a value an executor can check (job_runtime.kafka.task_publish): no client and no
+        credentials, which the executor takes from its own environment."""
+        s3 = replace(self.s3, access_key_id=None, secret_access_key=None, session_token=None) if self.s3 is not None else None
+        return EpochCheck(self.location, self.epoch, s3)
 
     def fenced(self) -> bool:
         """True when a newer driver took the checkpoint (the next epoch's file exists), or this driver's own
@@ -80,7 +87,8 @@ class Fence:
 def take(location: str, s3: S3Config | None = None, *, job: str = "") -> Fence:
     """Takes the next epoch on `location` (exclusive create), prunes old ones; returns this driver's Fence."""
     loc = parse_location(location)
-    store = Store(loc, (s3 or S3Config.from_env()).client() if loc.scheme == "s3" else None)
+    config = s3 or S3Config.from_env()
+    store = Store(loc, config.client() if loc.scheme == "s3" else None)
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
     body = (json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "takenAt": stamp}) + "\n").encode()
     candidate = latest_epoch(store) + 1
@@ -94,7 +102,26 @@ def take(location: str, s3: S3Config | None = None, *, job: str = "") -> Fence:
     old = [epoch_path(n) for n in range(max(1, candidate - KEEP - 50), candidate - KEEP)]
     if old:
         store.delete(old)
-    return Fence(location, candidate, store)
+    return Fence(location, candidate, store, config if loc.scheme == "s3" else None)
+
+
+@dataclass(frozen=True)
+class EpochCheck:
+    """A driver's epoch, checked from another process (an executor's task): the same two HEADs as
+    ``Fence.fenced``, through a store it opens itself with its own credentials."""
+
+    location: str
+    epoch: int
+    s3: S3Config | None = None  # endpoint, region, addressing: never credentials
+
+    def fence(self) -> Fence:
+        loc = parse_location(self.location)
+        if loc.scheme != "s3":
+            return Fence(self.location, self.epoch, Store(loc))
+        known = self.s3 or S3Config()
+        s3 = S3Config.from_env(endpoint_url=known.endpoint_url, region=known.region, path_style=known.path_style,
+                               anonymous=known.anonymous or None)
+        return Fence(self.location, self.epoch, Store(loc, s3.client()), s3)
 
 
 class Throttle:

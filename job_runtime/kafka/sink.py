@@ -63,6 +63,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -72,13 +73,12 @@ from job_runtime.kafka import budget
 from job_runtime.kafka.marker_copy import DurableMarker
 from job_runtime.kafka.marker import KafkaSinkError, Marker, batch_input_digest, publish_decision
 from job_runtime.kafka.replan import planned_batch, read_offset_log, replan_planned_batch
-from streamjob_contract.jobdef import Delivery, KafkaSink
+from streamjob_contract.jobdef import KafkaSink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from streamjob_contract.s3 import Store
-    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 log = logging.getLogger("job_runtime.kafka_sink")
 
@@ -158,6 +158,7 @@ class ExactlyOnceKafkaWriter:
         self._producer: Any = None
         self._marker_consumer: Any = None
         self._replay_until: int | None = None
+        self._replay = ""  # the explicit restore whose replay is under way (REPLAY_FILE), "" for none
         self._copy = DurableMarker(self.fence.store if self.fence is not None else None, self.group, self.restored)  # outlives the group
 
     def _where(self) -> str:
@@ -200,17 +201,25 @@ class ExactlyOnceKafkaWriter:
         self._ensure_clients()
         self._copy.reconcile(self.marker())  # the previous driver's transaction is settled now (init_transactions)
         store = self.fence.store if self.fence is not None else None
-        last = self.marker() if self.restored or (spark is not None and self.replan) else None
+        published = self.published_until() if self.restored or (spark is not None and self.replan) else None
         if self.restored:
-            self._replay_until = last.batch_id if last is not None else None
+            self._replay_until = published
+            self._replay = uuid.uuid4().hex[:16]
             if store is not None:
-                store.write_bytes(REPLAY_FILE, json.dumps({"untilBatch": self._replay_until}).encode())
+                store.write_bytes(REPLAY_FILE, json.dumps({"untilBatch": self._replay_until, "replay": self._replay}).encode())
             log.info("allowed replay after an explicit restore untilBatch=%s checkpoint=%s", self._replay_until, self.checkpoint)
         elif store is not None and store.exists(REPLAY_FILE):
-            until = json.loads(store.read_bytes(REPLAY_FILE)).get("untilBatch")
+            noted = json.loads(store.read_bytes(REPLAY_FILE))
+            until = noted.get("untilBatch")
             self._replay_until = int(until) if until is not None else None
+            self._replay = str(noted.get("replay", ""))
         if spark is not None and self.replan:
-            replan_planned_batch(spark, self.checkpoint, self.cap(), last.batch_id if last is not None else None)
+            replan_planned_batch(spark, self.checkpoint, self.cap(), published)
+
+    def published_until(self) -> int | None:
+        """The latest batch any of whose records the job published (the marker's)."""
+        last = self.marker()
+        return last.batch_id if last is not None else None
 
     def cap(self) -> int:
         """The records a batch may hold (job_runtime.kafka.budget); its Kafka sources plan at most this."""
@@ -242,8 +251,6 @@ class ExactlyOnceKafkaWriter:
         return batch_input_digest(current, previous)
 
     def __call__(self, batch: "DataFrame", batch_id: int) -> None:
-        from confluent_kafka import KafkaException, TopicPartition
-
         self._ensure_clients()
         self._check_fence(f"batch {batch_id}, before its Kafka transaction")
         digest = self.input_digest(batch, batch_id)
@@ -262,6 +269,12 @@ class ExactlyOnceKafkaWriter:
                 "publishing batch batchId=%s although the marker names batch %s: an explicit restore from an older "
                 "savepoint replays what followed it (up to batch %s)", batch_id, last and last.batch_id, self._replay_until,
             )
+        self._publish(batch, batch_id, digest, last)
+
+    def _publish(self, batch: "DataFrame", batch_id: int, digest: str, last: Marker | None) -> None:
+        """Batch `batch_id`'s records and its marker in one transaction of the driver."""
+        from confluent_kafka import KafkaException, TopicPartition
+
         producer = self._producer
         rows = records(batch, self.kafka)
         count = 0
@@ -335,25 +348,3 @@ def batch_cap(kafka: KafkaSink, store: "Store | None") -> int:
     if store is not None and store.exists(budget.CAP_NOTE):
         noted = budget.parse_note(store.read_bytes(budget.CAP_NOTE))
     return budget.batch_cap(kafka.transaction_timeout_ms, noted)
-
-
-def kafka_writer(df: "DataFrame", kafka: KafkaSink, output_mode: str, identity: SinkIdentity) -> "DataStreamWriter":
-    """The DataStreamWriter for a kafka sink (checkpoint and trigger added by the runtime)."""
-    if kafka.delivery == Delivery.at_least_once:
-        from pyspark.sql import functions as F
-
-        shaped = records(df, kafka)
-        if kafka.headers_column:  # Spark's writer takes headers as array<struct<key string, value binary>>
-            shaped = shaped.withColumn(
-                "headers", F.expr("transform(map_entries(headers), e -> named_struct('key', e.key, 'value', cast(e.value as binary)))")
-            )
-        else:
-            shaped = shaped.drop("headers")
-        return (
-            shaped.writeStream.outputMode(output_mode).format("kafka")
-            .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("topic", kafka.topic)
-            .options(**kafka_auth.spark_options(kafka.sasl, "sink", "sink.kafka"))
-        )
-    writer = ExactlyOnceKafkaWriter(kafka, identity)
-    writer.start(df.sparkSession)  # before the query plans: the previous driver's producer is fenced first
-    return df.writeStream.outputMode(output_mode).foreachBatch(writer)

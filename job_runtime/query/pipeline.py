@@ -184,7 +184,7 @@ def sink_writer(df: "DataFrame", sink: Sink, identity: "SinkIdentity | None" = N
 
     `identity` (job and checkpoint) names a kafka sink's transaction (job_runtime.kafka.sink)."""
     if sink.kind == SinkKind.kafka:
-        from job_runtime.kafka.sink import kafka_writer
+        from job_runtime.kafka.writers import kafka_writer
 
         assert sink.kafka is not None  # the model's rule
         if identity is None:

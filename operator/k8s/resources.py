@@ -17,7 +17,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from streamjob_contract.jobdef import KAFKA_CA_MOUNT, JobDefinition, dump_job_definition, kafka_ca_secrets, sasl_clients, sasl_env
+from streamjob_contract.jobdef import (
+    KAFKA_CA_MOUNT, JobDefinition, KafkaProducers, declared_sink, dump_job_definition, kafka_ca_secrets, sasl_clients, sasl_env,
+)
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, KIND, StreamJobSpec
 from streamjob_operator.k8s import pods
 from streamjob_operator.reconcile import names
@@ -237,7 +239,23 @@ def spark_conf(owner: Owner, spec: StreamJobSpec, pod: str, layout: RuntimeLayou
             ("spark.kubernetes.executor.secretKeyRef.AWS_ACCESS_KEY_ID", f"{ref.name}:{ref.access_key_id_key}"),
             ("spark.kubernetes.executor.secretKeyRef.AWS_SECRET_ACCESS_KEY", f"{ref.name}:{ref.secret_access_key_key}"),
         ]
+    conf += executor_sink_credentials(spec.job)
     return conf
+
+
+def executor_sink_credentials(job: JobDefinition) -> list[tuple[str, str]]:
+    """With `sink.kafka.producers: executors` the executors' tasks produce: the sink's SASL user name and
+    password reach them as the driver's do, from the Secret by reference (secretKeyRef), never as values."""
+    sink = declared_sink(job)
+    kafka = sink.kafka if sink is not None else None
+    if kafka is None or kafka.sasl is None or kafka.producers != KafkaProducers.executors:
+        return []
+    user_var, password_var = sasl_env("sink")
+    ref = kafka.sasl.secret_ref
+    return [
+        (f"spark.kubernetes.executor.secretKeyRef.{user_var}", f"{ref.name}:{ref.username_key}"),
+        (f"spark.kubernetes.executor.secretKeyRef.{password_var}", f"{ref.name}:{ref.password_key}"),
+    ]
 
 
 def runtime_args(owner: Owner, spec: StreamJobSpec, action: CreateDriver, layout: RuntimeLayout) -> list[str]:

@@ -60,23 +60,29 @@ DRIVER = "driver"
 EXECUTOR_MID_BATCH = "executor while a batch runs"
 EXECUTOR_BETWEEN = "executor between batches"
 BETWEEN_MESSAGES = ("Waiting for next trigger", "Waiting for data to arrive")
+PAUSE_POINTS = ["kafka-before-commit", "kafka-after-commit"]  # the batch's commit (the driver's transaction)
+TASK_PAUSE_POINTS = ["kafka-task-before-commit", "kafka-task-after-commit"]  # a task's, on an executor
 
 
 def kill_chain(broker: Any, processes: list[RuntimeProcess], tmp_path: Path, kills: int, seed: int, *,
-               master: str = "local[2]", kinds: list[str] | None = None, executor_share: float = 0.0) -> dict[str, Any]:
+               master: str = "local[2]", kinds: list[str] | None = None, executor_share: float = 0.0,
+               producers: str = "driver") -> dict[str, Any]:
     """`kills` kills and a final run; the result as a report dict (asserted by the caller).
 
     Each kill is of the kind `kinds` names (DRIVER, EXECUTOR_MID_BATCH, EXECUTOR_BETWEEN), or
     drawn: an executor kill with probability `executor_share` (`master` EXECUTORS), else the
     driver. An executor kill leaves the run going (Spark reschedules the lost tasks, the worker
     starts a new executor); a driver kill ends the run and the next starts from the checkpoint.
+    `producers` is the sink's sink.kafka.producers; with "executors" a driver kill may also come
+    while a task's transaction is sent or just committed (a task pauses, the run is killed).
     """
     began = time.monotonic()
     rng = random.Random(seed)
     gen = load_events_module()
     source, target = topics(broker)
     events = gen.generate(SLICE * (kills + 1))
-    job = kafka_job(broker, source, target, tmp_path / "job.json")
+    job = kafka_job(broker, source, target, tmp_path / "job.json", producers=producers)
+    points = PAUSE_POINTS + (TASK_PAUSE_POINTS if producers == "executors" else [])
     ckpt, pauses = tmp_path / "ckpt", tmp_path / "pauses"
     instants: list[dict[str, Any]] = []
     live: RuntimeProcess | None = None  # a run that outlived an executor kill
@@ -118,7 +124,7 @@ def kill_chain(broker: Any, processes: list[RuntimeProcess], tmp_path: Path, kil
             restarts += 1  # the query failed after an executor kill: restarted, as the operator would
             live = None
         if kind == DRIVER:
-            instant = kill_driver(live, run, label, rng, latest, pauses)
+            instant = kill_driver(live, run, label, rng, latest, pauses, points)
             live = None
         else:
             live = live or run(label, TRIGGER)
@@ -147,7 +153,8 @@ def kill_chain(broker: Any, processes: list[RuntimeProcess], tmp_path: Path, kil
     }
 
 
-def kill_driver(live: RuntimeProcess | None, run: Any, label: str, rng: random.Random, latest: Any, pauses: Path) -> str:
+def kill_driver(live: RuntimeProcess | None, run: Any, label: str, rng: random.Random, latest: Any, pauses: Path,
+                points: list[str]) -> str:
     """SIGKILL a driver with its process group (JVM and executors): the live run, after its next
     commit, or a new run at a drawn instant."""
     roll = 0.0 if live is not None else rng.random()
@@ -159,7 +166,7 @@ def kill_driver(live: RuntimeProcess | None, run: Any, label: str, rng: random.R
         time.sleep(delay)
         instant = f"{delay:.2f}s after batch {before + 1} committed"
     elif roll < 0.7:
-        spec = f"kafka-{rng.choice(['before', 'after'])}-commit:{rng.randint(1, 2)}"
+        spec = f"{rng.choice(points)}:{rng.randint(1, 2)}"
         proc = run(label, TRIGGER, PausePoint(spec, spec))
         proc.wait_paused(pauses, timeout=WAIT)
         instant = f"paused at {spec}"

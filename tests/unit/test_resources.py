@@ -89,6 +89,24 @@ def test_kafka_sasl_credentials_reach_the_driver_only_as_secret_key_references()
     assert "jaas" not in resources.pretty(pod)
 
 
+def test_executors_producing_get_the_sinks_sasl_credentials_by_reference_and_only_then() -> None:
+    sasl = {"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "kafka-creds", "passwordKey": "pw"}}
+
+    def confs(producers: str) -> list[str]:
+        spec = parse_spec({**SPEC.model_dump(mode="json", by_alias=True, exclude_none=True), "job": {
+            "entrypoint": "jobs.kafka:build",
+            "sink": {"kind": "kafka", "kafka": {"bootstrapServers": "kafka:9093", "topic": "out", "sasl": sasl, "producers": producers}},
+        }})
+        args = resources.driver_pod(OWNER, spec, ACTION, RuntimeLayout())["spec"]["containers"][0]["args"]
+        return [args[i + 1] for i, a in enumerate(args) if a == "--conf" and "STREAMJOB_KAFKA" in args[i + 1]]
+
+    assert confs("executors") == [
+        "spark.kubernetes.executor.secretKeyRef.STREAMJOB_KAFKA_SINK_USERNAME=kafka-creds:username",
+        "spark.kubernetes.executor.secretKeyRef.STREAMJOB_KAFKA_SINK_PASSWORD=kafka-creds:pw",
+    ]
+    assert confs("driver") == []  # the executors of a driver-producing sink never see the sink's credentials
+
+
 def test_driver_role_is_namespaced_and_least_privilege() -> None:
     role = resources.driver_role(OWNER)
     assert role["kind"] == "Role" and role["metadata"]["namespace"] == "team-a"

@@ -1,0 +1,167 @@
+"""Executors producing an exactly-once batch: the per-task names, markers and decisions. Pure.
+
+Called by job_runtime.kafka.task_publish (each task of a batch, on an executor) and by
+job_runtime.kafka.sink_tasks (the driver, before and after the tasks). With
+`sink.kafka.producers: executors`, task p of batch N sends its partition's records in
+a Kafka transaction of its own, under the transactional id `streamjob.<ns>.<name>/p<p>`,
+and commits with them a *task marker*: the offset N+1 of the job's marker group on
+partition p of the topic `streamjob-markers.<ns>.<name>`, which nothing ever writes
+to (the broker keeps a group's offsets for any existing partition). Its metadata names
+the batch by id and input digest (as the batch marker does, job_runtime.kafka.marker)
+and the task's records by an order-independent digest and a count.
+
+A re-run of batch N (a task retried, an executor lost, the driver restarted) reads the
+task's marker after `init_transactions` on the task's id, which fenced every earlier
+attempt and aborted its open transaction: a marker naming N with the same input means
+this partition was published; its records are compared by digest and the task sends
+nothing. Different records mean the query did not give the task the same rows again:
+the task refuses, naming the partition, and sends nothing (docs/delivery.md).
+
+`/` in the id: Kubernetes names cannot hold it, so a job named `x.p1` never shares
+an id with task 1 of job `x`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from job_runtime.kafka.marker import KafkaSinkError
+
+MAX_TOPIC = 249  # Kafka's limit on a topic name
+_MOD = 1 << 128
+
+
+def task_transactional_id(driver_id: str, partition: int) -> str:
+    """The transactional id of task `partition` of every batch: `<driver id>/p<partition>`."""
+    return f"{driver_id}/p{partition}"
+
+
+def marker_topic(namespace: str, name: str) -> str:
+    """The topic whose partitions carry the task markers: `streamjob-markers.<namespace>.<name>`,
+    shortened with a digest when it would pass Kafka's 249 characters."""
+    topic = f"streamjob-markers.{namespace}.{name}"
+    if len(topic) <= MAX_TOPIC:
+        return topic
+    tail = hashlib.sha256(topic.encode()).hexdigest()[:16]
+    return f"{topic[:MAX_TOPIC - 17]}.{tail}"
+
+
+class RowDigest:
+    """An order-independent digest of a task's records: the sum of their 128-bit hashes mod 2^128,
+    and their count. The same records in any order give the same digest; a record more, less or
+    changed gives another (with probability 2^-128)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.count = 0
+
+    def add(self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | str | None]] | None) -> None:
+        h = hashlib.blake2b(digest_size=16)
+        for part in (topic.encode(), key, value):
+            _field(h, part)
+        for name, header in sorted(headers or (), key=lambda kv: kv[0]):
+            _field(h, name.encode())
+            _field(h, header.encode() if isinstance(header, str) else header)
+        self.total = (self.total + int.from_bytes(h.digest(), "big")) % _MOD
+        self.count += 1
+
+    @property
+    def hex(self) -> str:
+        return f"{self.total:032x}"
+
+
+def _field(h: "hashlib.blake2b", part: bytes | None) -> None:
+    h.update(struct.pack(">i", -1 if part is None else len(part)))
+    if part:
+        h.update(part)
+
+
+@dataclass(frozen=True)
+class TaskMarker:
+    """What task p committed last: the batch (id and input digest) and its records (digest, count)."""
+
+    batch_id: int
+    input: str
+    rows: str
+    count: int
+    replay: str = ""  # the explicit restore whose replay published it ("" for none): see task_decision
+
+    def metadata(self) -> str:
+        body: dict[str, object] = {"batch": self.batch_id, "input": self.input, "rows": self.rows, "n": self.count}
+        if self.replay:
+            body["replay"] = self.replay
+        return json.dumps(body, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, offset: int | None, metadata: str | None) -> "TaskMarker | None":
+        if offset is None or offset < 0:
+            return None
+        try:
+            body = json.loads(metadata or "")
+            return cls(int(body["batch"]), str(body["input"]), str(body["rows"]), int(body["n"]), str(body.get("replay", "")))
+        except (ValueError, KeyError, TypeError):
+            return cls(offset - 1, "", "", -1)  # unreadable: matches no batch, so it is never taken as published
+
+
+TaskDecision = Literal["publish", "check", "replay"]
+
+
+def task_decision(marker: TaskMarker | None, partition: int, batch_id: int, input_digest: str,
+                  replay_until: int | None, replay: str = "") -> TaskDecision:
+    """Pure: what task `partition` does with its share of batch `batch_id` (input `input_digest`).
+
+    publish: its marker is behind. check: its marker names this batch with this input, so the
+    partition was published: compare the records (`check_rows`) and send nothing. replay: the
+    marker is ahead but within an explicit restore's replay (`replay_until`, the restore's token
+    `replay`). Ahead otherwise: KafkaSinkError.
+
+    Within a replay, a marker naming this very batch was written either before the restore (the
+    replay publishes it again, as Flink does from an older savepoint) or by this replay, which a
+    driver or task then lost (published once already: check). The token tells them apart; a
+    partition empty in later batches keeps such an old marker."""
+    in_replay = replay_until is not None and batch_id <= replay_until
+    if marker is None or marker.batch_id < batch_id:
+        return "publish"
+    if marker.batch_id == batch_id and marker.input == input_digest and not (in_replay and marker.replay != replay):
+        return "check"
+    if in_replay:
+        return "replay"
+    raise KafkaSinkError(
+        f"sink.kafka: batch {batch_id} partition {partition} not published: task {partition} already published batch "
+        f"{marker.batch_id}{' with other input' if marker.batch_id == batch_id else ''} (its marker is ahead of this "
+        "batch); publishing would repeat output. Another driver wrote past this checkpoint, or the checkpoint went back; "
+        "only an explicit restore from a savepoint replays (docs/delivery.md)"
+    )
+
+
+def check_rows(marker: TaskMarker, partition: int, batch_id: int, rows: RowDigest) -> None:
+    """A re-run of a published partition must hold the same records; raises KafkaSinkError when not."""
+    if marker.rows == rows.hex and marker.count == rows.count:
+        return
+    raise KafkaSinkError(
+        f"sink.kafka: batch {batch_id} partition {partition} not published again: the re-run holds other records than the "
+        f"run that published it ({rows.count} records against {marker.count}, digests differ). The query is not "
+        "deterministic per partition (for example rand(), uuid(), coalesce() or a changed static table), which "
+        "sink.kafka.producers: executors needs; use producers: driver (docs/delivery.md)"
+    )
+
+
+def published_until(batch_marker_id: int | None, task_markers: Iterable[TaskMarker | None]) -> int | None:
+    """The latest batch any part of which was published: the batch marker's, or a task marker's one
+    beyond it (a batch whose tasks committed before the driver's own commit)."""
+    ids = [m.batch_id for m in task_markers if m is not None]
+    if batch_marker_id is not None:
+        ids.append(batch_marker_id)
+    return max(ids, default=None)
+
+
+def stray_partitions(markers: Sequence[TaskMarker | None], partitions: int, batch_id: int, input_digest: str) -> list[int]:
+    """Partitions at or past `partitions` whose marker names this batch with this input: a run of the
+    batch that had more tasks published them, so this run's rows per task cannot match."""
+    return [p for p in range(partitions, len(markers))
+            if (m := markers[p]) is not None and m.batch_id == batch_id and m.input == input_digest]
