@@ -41,7 +41,9 @@ sys.path.insert(0, str(REPO / "tests" / "kafka"))
 from kafka_io import count_backlog, produce_backlog  # noqa: E402
 
 REPORT = REPO / "docs" / "benchmarks" / "kafka-backlog.md"
-DELIVERIES = ("exactlyOnce", "atLeastOnce")
+# (label, delivery, producers): the exactly-once sink with the driver producing (the default), with the
+# executors producing (sink.kafka.producers: executors), and Spark's own at-least-once writer
+MODES = (("exactlyOnce", "exactlyOnce", None), ("exactlyOnce/executors", "exactlyOnce", "executors"), ("atLeastOnce", "atLeastOnce", None))
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -76,9 +78,10 @@ class Run:
         return self.peak_rss / 1e9
 
 
-def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str, label: str) -> tuple[int, float, int, int]:
+def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str, label: str,
+             producers: str | None = None) -> tuple[int, float, int, int]:
     """(exit code, query seconds, peak RSS bytes, batches) of one runtime run to the end of the backlog."""
-    job = passthrough_job(work / f"{label}.json", bootstrap, source, target, delivery, starting="earliest")
+    job = passthrough_job(work / f"{label}.json", bootstrap, source, target, delivery, starting="earliest", producers=producers)
     checkpoint = work / f"ckpt-{label}"
     log_path = work / f"{label}.log"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -132,12 +135,12 @@ def main() -> None:
             produce_backlog(broker.bootstrap, source, args.records)
             print(f"backlog of {args.records:,} records in {time.monotonic() - began:.0f} s", flush=True)
             for i in range(args.repeat):
-                for delivery in DELIVERIES if i % 2 == 0 else DELIVERIES[::-1]:
-                    label = f"{delivery}-{i}"
+                for mode, delivery, producers in MODES if i % 2 == 0 else MODES[::-1]:
+                    label = f"{mode.replace('/', '-')}-{i}"
                     target = broker.create_topic(f"copy-{label.lower()}", partitions=args.partitions)
-                    code, seconds, peak, batches = run_once(work, broker.bootstrap, source, target, delivery, label)
+                    code, seconds, peak, batches = run_once(work, broker.bootstrap, source, target, delivery, label, producers)
                     missing, duplicated, _ = count_backlog(broker.bootstrap, target, args.records, timeout=900)
-                    runs.append(Run(delivery, code, seconds, peak, batches, missing, duplicated))
+                    runs.append(Run(mode, code, seconds, peak, batches, missing, duplicated))
                     print(f"{label}: {runs[-1]}", flush=True)
         finally:
             broker.stop()
@@ -152,9 +155,9 @@ def write_report(args: argparse.Namespace, runs: list[Run]) -> None:
     def median(values: list[float]) -> float:
         return statistics.median(values) if values else float("nan")
 
-    eo, alo = of("exactlyOnce"), of("atLeastOnce")
-    eo_s, alo_s = median([r.seconds for r in eo]), median([r.seconds for r in alo])
-    eo_rss, alo_rss = median([r.peak_rss for r in eo]), median([r.peak_rss for r in alo])
+    eo, ex, alo = of("exactlyOnce"), of("exactlyOnce/executors"), of("atLeastOnce")
+    eo_s, ex_s, alo_s = (median([r.seconds for r in rs]) for rs in (eo, ex, alo))
+    eo_rss, ex_rss, alo_rss = (median([r.peak_rss for r in rs]) for rs in (eo, ex, alo))
     command = f"python benchmarks/kafka_backlog.py --records {args.records} --partitions {args.partitions} --repeat {args.repeat}"
 
     def cells(rs: list[Run], f: str) -> str:
@@ -165,27 +168,32 @@ def write_report(args: argparse.Namespace, runs: list[Run]) -> None:
 A pass-through job (Kafka -> `SELECT key, value` -> Kafka) deployed on a backlog of
 {args.records:,} records (100-byte values, {args.partitions} partitions) as a new user would:
 `startingOffsets: earliest`, no `maxOffsetsPerTrigger`, every sink setting at its default,
-the default driver memory, `local[2]`, `Trigger.AvailableNow`; once with the exactly-once
-sink (`delivery: exactlyOnce`: one Kafka transaction per batch, produced by the driver, the
-batch capped at {300_000:,} records by the default 60 s transaction timeout;
-[delivery.md](../delivery.md#no-batch-is-too-big)) and once with Spark's own Kafka writer
-(`delivery: atLeastOnce`: produced by the tasks, no transaction), same input, same run,
-alternating which goes first. Query time is the runtime's "started query" to "finished
-query" (JVM start-up excluded); peak RSS is the driver's process group (the runtime's
-Python process and its JVM, which in `local[2]` also runs the tasks), sampled every 0.2 s.
-The output is read back with `isolation.level=read_committed` and every key counted.
+the default driver memory, `local[2]`, `Trigger.AvailableNow`; three times, same input,
+same run, the order alternating between repeats, each to a fresh topic and checkpoint:
+- `exactlyOnce` with the driver producing (the default, `producers: driver`): one Kafka
+  transaction per batch, the batch capped at {300_000:,} records by the default 60 s transaction
+  timeout ([delivery.md](../delivery.md#no-batch-is-too-big));
+- `exactlyOnce/executors` (`producers: executors`): each task sends its partition in a transaction
+  of its own with a task marker, the driver then commits the batch marker
+  ([delivery.md](../delivery.md#who-produces-the-driver-or-the-executors)); the same cap;
+- `atLeastOnce`: Spark's own Kafka writer, produced by the tasks, no transaction.
 
-| | exactlyOnce | atLeastOnce (Spark's writer) |
-| --- | --- | --- |
-| exit codes | {cells(eo, "{r.code}")} | {cells(alo, "{r.code}")} |
-| query time, median of {args.repeat} (s) | {eo_s:.1f} | {alo_s:.1f} |
-| all runs (s) | {cells(eo, "{r.seconds:.1f}")} | {cells(alo, "{r.seconds:.1f}")} |
-| throughput (records/s) | {args.records / eo_s:,.0f} | {args.records / alo_s:,.0f} |
-| batches planned | {cells(eo, "{r.batches}")} | {cells(alo, "{r.batches}")} |
-| driver peak RSS (GB) | {cells(eo, "{r.peak_rss_gb:.2f}")} | {cells(alo, "{r.peak_rss_gb:.2f}")} |
-| missing / duplicated (read_committed) | {cells(eo, "{r.missing} / {r.duplicated}")} | {cells(alo, "{r.missing} / {r.duplicated}")} |
-| **throughput ratio exactlyOnce / atLeastOnce** | **{alo_s / eo_s:.2f}** | |
-| **peak RSS ratio exactlyOnce / atLeastOnce** | **{eo_rss / alo_rss:.2f}** | |
+Query time is the runtime's "started query" to "finished query" (JVM start-up excluded); peak
+RSS is the driver's process group (the runtime's Python process and its JVM, which in `local[2]`
+also runs the tasks, and the tasks' Python workers), sampled every 0.2 s. The output is read back
+with `isolation.level=read_committed` and every key counted.
+
+| | exactlyOnce (driver) | exactlyOnce/executors | atLeastOnce (Spark's writer) |
+| --- | --- | --- | --- |
+| exit codes | {cells(eo, "{r.code}")} | {cells(ex, "{r.code}")} | {cells(alo, "{r.code}")} |
+| query time, median of {args.repeat} (s) | {eo_s:.1f} | {ex_s:.1f} | {alo_s:.1f} |
+| all runs (s) | {cells(eo, "{r.seconds:.1f}")} | {cells(ex, "{r.seconds:.1f}")} | {cells(alo, "{r.seconds:.1f}")} |
+| throughput (records/s) | {args.records / eo_s:,.0f} | {args.records / ex_s:,.0f} | {args.records / alo_s:,.0f} |
+| batches planned | {cells(eo, "{r.batches}")} | {cells(ex, "{r.batches}")} | {cells(alo, "{r.batches}")} |
+| driver peak RSS (GB) | {cells(eo, "{r.peak_rss_gb:.2f}")} | {cells(ex, "{r.peak_rss_gb:.2f}")} | {cells(alo, "{r.peak_rss_gb:.2f}")} |
+| missing / duplicated (read_committed) | {cells(eo, "{r.missing} / {r.duplicated}")} | {cells(ex, "{r.missing} / {r.duplicated}")} | {cells(alo, "{r.missing} / {r.duplicated}")} |
+| **throughput ratio to atLeastOnce** | **{alo_s / eo_s:.2f}** | **{alo_s / ex_s:.2f}** | |
+| **peak RSS ratio to atLeastOnce** | **{eo_rss / alo_rss:.2f}** | **{ex_rss / alo_rss:.2f}** | |
 
 {machine()}
 

@@ -91,13 +91,17 @@ def windows_job(path: Path, bootstrap: str, source: str, target: str, delivery: 
     return path
 
 
-def passthrough_job(path: Path, bootstrap: str, source: str, target: str, delivery: str, starting: str = "latest") -> Path:
+def passthrough_job(path: Path, bootstrap: str, source: str, target: str, delivery: str, starting: str = "latest",
+                    producers: str | None = None) -> Path:
+    """A Kafka -> Kafka copy; `producers` sets sink.kafka.producers (the default when None)."""
+    sink: dict[str, object] = {"bootstrapServers": bootstrap, "topic": target, "keyColumn": "id", "valueColumn": "sent", "delivery": delivery}
+    if producers:
+        sink["producers"] = producers
     job = {"pipeline": {
         "sources": [{"name": "pings", "kind": "kafka",
                      "options": {"kafka.bootstrap.servers": bootstrap, "subscribe": source, "startingOffsets": starting}}],
         "transforms": [{"name": "out", "sql": "SELECT CAST(key AS STRING) AS id, CAST(value AS STRING) AS sent FROM pings"}],
-        "sink": {"kind": "kafka", "kafka": {"bootstrapServers": bootstrap, "topic": target, "keyColumn": "id",
-                                            "valueColumn": "sent", "delivery": delivery}},
+        "sink": {"kind": "kafka", "kafka": sink},
     }}
     path.write_text(json.dumps(job))
     return path
