@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 from job_runtime import testhooks
 from job_runtime.kafka.marker import KafkaSinkError, Marker
 from job_runtime.kafka.sink import ExactlyOnceKafkaWriter, SinkIdentity, records
-from job_runtime.kafka.task_publish import RESULT_SCHEMA, TaskPlan, publish_partition
-from job_runtime.kafka.tasks import TaskMarker, marker_topic, published_until, stray_partitions, task_decision, task_transactional_id
+from job_runtime.kafka.task_publish import RESULT_SCHEMA, TaskPlan, digest_partition, publish_partition
+from job_runtime.kafka.tasks import RowDigest, TaskMarker, check_rows, marker_topic, published_until, stray_partitions, task_decision, task_transactional_id
 from streamjob_contract.jobdef import KafkaSink
 
 if TYPE_CHECKING:
@@ -151,15 +151,25 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
         rows = rows.select("topic", F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"), "headers")
         tasks = rows.rdd.getNumPartitions()
         self.ensure_marker_partitions(max(tasks, 1))
-        self._precheck(self.task_markers(), tasks, batch_id, digest)
-        self._copy.record_pending(last, Marker(batch_id, digest))  # tasks may commit from here on
+        markers = self.task_markers()
+        published = self._precheck(markers, tasks, batch_id, digest)
         plan = TaskPlan(self.kafka, self.transactional_id, self.group, self.marker_topic, batch_id, digest,
                         self._replay_until, self._replay, self._epoch)
         started = time.monotonic()
+        if published:
+            rows = rows.persist()  # the check and the publish see one execution of the batch
         try:
+            if published:
+                self._check_published(rows, {p: markers[p] for p in published}, batch_id)
+            self._copy.record_pending(last, Marker(batch_id, digest))  # tasks may commit from here on
             results = rows.mapInArrow(functools.partial(publish_partition, plan), RESULT_SCHEMA).collect()
+        except KafkaSinkError:
+            raise
         except Exception as err:
             raise KafkaSinkError(f"sink.kafka ({self._where()}): batch {batch_id} not published: {task_error(err)}") from None
+        finally:
+            if published:
+                rows.unpersist()
         statuses = [r["status"] for r in results]
         sent = sum(r["records"] for r in results if r["status"] == "published")
         testhooks.reached("kafka-before-commit")  # the batch marker's transaction: tasks published, not it
@@ -179,12 +189,30 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
                  tasks, statuses.count("published"), statuses.count("skipped"), statuses.count("empty"), time.monotonic() - started)
         testhooks.reached("kafka-after-commit")
 
-    def _precheck(self, markers: list[TaskMarker | None], tasks: int, batch_id: int, digest: str) -> None:
+    def _check_published(self, rows: "DataFrame", published: dict[int, TaskMarker | None], batch_id: int) -> None:
+        """A re-run of a batch some tasks published: every partition's records hashed first (nothing sent), and
+        the batch refused, before any task sends, when a published partition's records changed. Without it a
+        query that is not deterministic could publish elsewhere records the changed partition had sent."""
+        found = {r["partition"]: r for r in rows.mapInArrow(digest_partition, RESULT_SCHEMA).collect()}
+        for p, marker in sorted(published.items()):
+            assert marker is not None
+            got = RowDigest()
+            got.total, got.count = int(found[p]["rows"], 16), found[p]["records"]
+            try:
+                check_rows(marker, p, batch_id, got)
+            except KafkaSinkError as err:
+                raise KafkaSinkError(f"{err} ({self._where()}); nothing of this run was sent") from None
+        log.info("re-run of a batch some tasks published: their records match batchId=%s partitions=%s", batch_id, sorted(published))
+
+    def _precheck(self, markers: list[TaskMarker | None], tasks: int, batch_id: int, digest: str) -> list[int]:
         """Refuse before anything is sent: a task marker ahead of this batch, or partitions beyond this run's tasks
-        that published this batch (an earlier run of it had more tasks: its rows per task cannot match)."""
+        that published this batch (an earlier run of it had more tasks: its rows per task cannot match).
+        Returns the partitions already published (their records are to be checked)."""
+        published = []
         for p, found in enumerate(markers[:tasks]):
             try:
-                task_decision(found, p, batch_id, digest, self._replay_until, self._replay)
+                if task_decision(found, p, batch_id, digest, self._replay_until, self._replay) == "check":
+                    published.append(p)
             except KafkaSinkError as err:
                 raise KafkaSinkError(f"{err} ({self._where()}, marker topic {self.marker_topic})") from None
         stray = stray_partitions(markers, tasks, batch_id, digest)
@@ -192,6 +220,7 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
             raise KafkaSinkError(
                 f"sink.kafka ({self._where()}): batch {batch_id} not published: an earlier run of it published partitions "
                 f"{stray[:10]} and this run has {tasks} tasks; the query must give a re-run the same partitions (docs/delivery.md)")
+        return published
 
 
 def task_error(err: BaseException) -> str:

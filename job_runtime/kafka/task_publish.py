@@ -173,6 +173,21 @@ def publish_partition(plan: TaskPlan, batches: Iterator["pa.RecordBatch"]) -> It
     yield _result(partition, status, digest, started)
 
 
+def digest_partition(batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
+    """mapInArrow body: this task's record digest and count, nothing sent (the driver's check of a re-run)."""
+    from pyspark import TaskContext
+
+    started = time.monotonic()
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    digest = RowDigest()
+    first = next((b for b in batches if b.num_rows), None)
+    if first is not None:
+        for topic, key, value, headers in _rows(batches, first):
+            digest.add(topic, key, value, headers)
+    yield _result(partition, "digest", digest, started)
+
+
 def _publish(plan: TaskPlan, partition: int, tid: str, rows: Iterator[tuple[str, bytes | None, bytes | None, Any]], digest: RowDigest) -> str:
     from confluent_kafka import TopicPartition
 

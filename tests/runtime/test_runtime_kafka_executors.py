@@ -9,7 +9,10 @@ kills mid-batch, then every window exactly once for a read_committed consumer.
 
 from __future__ import annotations
 
+import json
 import re
+import sys
+import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -18,7 +21,13 @@ from runtime_harness import RuntimeProcess
 from runtime_kafka import EVENTS, EXECUTORS, committed_windows, kafka_job, load_events_module, reference_windows, start_run, topics
 from test_runtime_kafka_chaos import DRIVER, EXECUTOR_MID_BATCH, check, kill_chain
 
+from streamjob_contract.exitcodes import ExitCode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
+from kafka_io import count_backlog, produce_backlog  # noqa: E402
+
 TASK_COMMITTED = PausePoint("kafka-task-after-commit:1", "a task of the first batch with rows committed its transaction")
+RANDOM_RECORDS = 300
 TASKS_COMMITTED = PausePoint("kafka-before-commit:1", "every task of the run's first batch published, its batch marker not")
 
 
@@ -84,3 +93,30 @@ def test_executors_producing_through_driver_and_executor_kills_then_each_window_
     result = kill_chain(kafka_broker, processes, tmp_path, len(kinds), seed=20261127, master=EXECUTORS, kinds=kinds,
                         producers="executors")
     check(result)
+
+
+def test_a_re_run_that_gives_a_published_partition_other_records_is_refused_and_repeats_nothing(kafka_broker, processes, tmp_path: Path) -> None:
+    """`DISTRIBUTE BY rand()`: a restarted driver draws another seed, so the re-run of a batch gives its
+    tasks other records. The partition a task had published is refused by its record digest, naming the
+    partition, and nothing it held is published twice."""
+    suffix = uuid.uuid4().hex[:6]
+    source, target = kafka_broker.create_topic(f"keys-{suffix}"), kafka_broker.create_topic(f"copy-{suffix}", partitions=2)
+    produce_backlog(kafka_broker.bootstrap, source, RANDOM_RECORDS)
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"pipeline": {
+        "sources": [{"name": "keys", "kind": "kafka", "options": {
+            "kafka.bootstrap.servers": kafka_broker.bootstrap, "subscribe": source, "startingOffsets": "earliest",
+            "maxOffsetsPerTrigger": "100"}}],
+        "transforms": [{"name": "shuffled", "sql": "SELECT CAST(key AS STRING) AS id, CAST(value AS STRING) AS sent FROM keys DISTRIBUTE BY rand()"}],
+        "sink": {"kind": "kafka", "kafka": {"bootstrapServers": kafka_broker.bootstrap, "topic": target, "keyColumn": "id",
+                                            "valueColumn": "sent", "producers": "executors"}},
+    }}))
+    ckpt, pauses = tmp_path / "ckpt", tmp_path / "pauses"
+    first = start_run(processes, tmp_path, job, ckpt, name="kafka-rand", label="task-committed", point=TASK_COMMITTED, master=EXECUTORS)
+    first.wait_paused(pauses)
+    first.kill()
+    second = start_run(processes, tmp_path, job, ckpt, name="kafka-rand", label="re-run", master=EXECUTORS)
+    assert second.wait(400) == ExitCode.FAILED, second.log_tail()
+    assert re.search(r"batch 0 partition \d not published again: the re-run holds other records", second.log_text()), second.log_tail()
+    missing, duplicated, foreign = count_backlog(kafka_broker.bootstrap, target, RANDOM_RECORDS, timeout=30)
+    assert duplicated == 0 and foreign == 0 and missing < RANDOM_RECORDS, (missing, duplicated, foreign)

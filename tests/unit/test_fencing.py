@@ -35,6 +35,23 @@ def test_each_start_takes_the_next_epoch_and_the_older_driver_is_fenced(tmp_path
     )
 
 
+def test_an_executor_checks_the_drivers_epoch_from_a_portable_copy_without_credentials(tmp_path: Path) -> None:
+    import pickle
+
+    from streamjob_contract.s3 import S3Config
+
+    first = epoch.take(tmp_path.as_uri())
+    portable = pickle.loads(pickle.dumps(first.portable()))  # as a task's closure carries it
+    portable.fence().check("a task's commit")  # still the newest driver: passes
+    epoch.take(tmp_path.as_uri())
+    with pytest.raises(epoch.FencedError, match="a task's commit"):
+        portable.fence().check("a task's commit")
+    secret = epoch.Fence("s3://b/ck", 3, first.store, S3Config(endpoint_url="http://s3:9000", access_key_id="AKIA", secret_access_key="s3cr3t"))
+    shipped = secret.portable()
+    assert shipped.s3 is not None and shipped.s3.endpoint_url == "http://s3:9000"
+    assert b"s3cr3t" not in pickle.dumps(shipped) and b"AKIA" not in pickle.dumps(shipped)
+
+
 def test_drivers_starting_at_the_same_instant_take_distinct_epochs(tmp_path: Path) -> None:
     location = (tmp_path / "ckpt").as_uri()
     taken: list[int] = []

@@ -106,3 +106,13 @@ def test_stray_partitions_are_the_ones_past_this_runs_tasks_that_published_this_
     markers = [TaskMarker(5, "d5", "", 1), None, TaskMarker(5, "d5", "", 1), TaskMarker(4, "d4", "", 1), TaskMarker(5, "x", "", 1)]
     assert stray_partitions(markers, 2, 5, "d5") == [2]
     assert stray_partitions(markers, 5, 5, "d5") == []
+
+
+def test_a_tasks_refusal_is_told_without_sparks_wrapping() -> None:
+    from job_runtime.kafka.sink_tasks import task_error
+
+    wrapped = RuntimeError("An exception was thrown from the Python worker.\nTraceback (most recent call last):\n  File ...\n"
+                           "job_runtime.kafka.marker.KafkaSinkError: sink.kafka: batch 5 partition 2 not published again: x\n\tat org...")
+    assert task_error(wrapped) == "sink.kafka: batch 5 partition 2 not published again: x"
+    assert task_error(RuntimeError("Job aborted\\nmore")) == "Job aborted\\nmore"
+    assert task_error(RuntimeError("")) == "RuntimeError"
