@@ -161,7 +161,6 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
         try:
             if published:
                 self._check_published(rows, {p: markers[p] for p in published}, batch_id)
-            self._copy.record_pending(last, Marker(batch_id, digest))  # tasks may commit from here on
             results = rows.mapInArrow(functools.partial(publish_partition, plan), RESULT_SCHEMA).collect()
         except KafkaSinkError:
             raise
@@ -175,6 +174,9 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
         testhooks.reached("kafka-before-commit")  # the batch marker's transaction: tasks published, not it
         self._check_fence(f"batch {batch_id}, before its batch marker")
         timeout = self.kafka.transaction_timeout_ms / 1000
+        # the durable copy covers the batch marker, as in the driver's sink: pending just before its commit (the
+        # task markers are the group's; a copy pending through the tasks would read as an expired group at restart)
+        self._copy.record_pending(last, Marker(batch_id, digest))
         try:
             self._producer.begin_transaction()
             marker = [TopicPartition(self.kafka.topic, 0, batch_id + 1, Marker(batch_id, digest).metadata())]

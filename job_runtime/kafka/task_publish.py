@@ -12,9 +12,9 @@ the batch's `TaskPlan`); the rules are job_runtime.kafka.tasks. Each attempt of 
    every record with the task marker (send_offsets_to_transaction), the epoch is checked
    again, and it commits (`published`).
 
-Producers and marker consumers stay open in the Python worker between batches (one
-init per worker and partition, not per batch); one that fails is closed and made
-again. SASL credentials come from the executor's environment (job_runtime.kafka.auth),
+Each task makes its producer and initialises it (a producer kept from an earlier task
+would be fenced by any attempt of the partition on another worker since); the marker
+consumer stays open in the Python worker between tasks. SASL credentials come from the executor's environment (job_runtime.kafka.auth),
 never from the plan.
 """
 
@@ -68,49 +68,44 @@ class TaskPlan:
     epoch: EpochSource | None = None
 
 
-# (brokers, transactional id) -> (producer, consumer), oldest use first: a worker keeps at most KEPT pairs
-_clients: dict[tuple[str, str], tuple[Any, Any]] = {}
-KEPT = 8
+# (brokers, group) -> this worker's marker consumer, kept between tasks (a consumer is never fenced)
+_consumers: dict[tuple[str, str], Any] = {}
 
 
 def _client_conf(kafka: KafkaSink) -> dict[str, Any]:
     return {"bootstrap.servers": kafka.bootstrap_servers, **kafka_auth.client_conf(kafka.sasl, "sink", "sink.kafka")}
 
 
-def _open(plan: TaskPlan, tid: str) -> tuple[Any, Any]:
-    """This worker's producer (initialised: earlier attempts fenced) and marker consumer for `tid`."""
-    from confluent_kafka import Consumer, Producer
+def _producer(plan: TaskPlan, tid: str) -> Any:
+    """A producer for `tid`, initialised: every earlier attempt of the partition is fenced, its transaction
+    aborted. A new one per task: a producer kept from an earlier task would be fenced by any attempt of
+    the partition on another worker since, and would fail half-way through the records."""
+    from confluent_kafka import Producer
 
-    key = (plan.kafka.bootstrap_servers, tid)
-    if key in _clients:
-        _clients[key] = _clients.pop(key)  # most recently used last
-        return _clients[key]
-    while len(_clients) >= KEPT:
-        _close_pair(_clients.pop(next(iter(_clients))))
     producer = Producer({
         **_client_conf(plan.kafka), "transactional.id": tid, "transaction.timeout.ms": plan.kafka.transaction_timeout_ms,
         "enable.idempotence": True, "linger.ms": 5,
         "queue.buffering.max.messages": QUEUE_MESSAGES, "queue.buffering.max.kbytes": QUEUE_KBYTES,
     })
     producer.init_transactions(max(plan.kafka.transaction_timeout_ms / 1000, 30.0))
-    consumer = Consumer({**_client_conf(plan.kafka), "group.id": plan.group, "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
-    _clients[key] = (producer, consumer)
-    return producer, consumer
+    return producer
 
 
-def _close(plan: TaskPlan, tid: str) -> None:
-    _close_pair(_clients.pop((plan.kafka.bootstrap_servers, tid), (None, None)))
+def _consumer(plan: TaskPlan) -> Any:
+    from confluent_kafka import Consumer
+
+    key = (plan.kafka.bootstrap_servers, plan.group)
+    if key not in _consumers:
+        _consumers[key] = Consumer({**_client_conf(plan.kafka), "group.id": plan.group, "enable.auto.commit": False,
+                                    "isolation.level": "read_committed"})
+    return _consumers[key]
 
 
-def _close_pair(pair: tuple[Any, Any]) -> None:
-    producer, consumer = pair
+def _drop_consumer(plan: TaskPlan) -> None:
+    consumer = _consumers.pop((plan.kafka.bootstrap_servers, plan.group), None)
     try:
         if consumer is not None:
             consumer.close()
-        if producer is not None:
-            producer.purge()
-            producer.flush(5)
     except Exception:  # closing a broken client: nothing to keep
         pass
 
@@ -164,10 +159,9 @@ def publish_partition(plan: TaskPlan, batches: Iterator["pa.RecordBatch"]) -> It
     try:
         status = _publish(plan, partition, tid, _rows(batches, first), digest)
     except KafkaSinkError:
-        _close(plan, tid)
         raise
     except Exception as err:
-        _close(plan, tid)  # a fenced or failed producer is not used again; the retry's init aborts what it left open
+        _drop_consumer(plan)  # made again by the retry, whose init also aborts what this attempt left open
         detail = err.args[0] if err.args else err
         raise KafkaSinkError(f"sink.kafka ({where}): not published: {detail}") from None
     yield _result(partition, status, digest, started)
@@ -189,9 +183,18 @@ def digest_partition(batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.Record
 
 
 def _publish(plan: TaskPlan, partition: int, tid: str, rows: Iterator[tuple[str, bytes | None, bytes | None, Any]], digest: RowDigest) -> str:
+    producer = _producer(plan, tid)
+    try:
+        return _decide_and_send(plan, partition, producer, _consumer(plan), rows, digest)
+    finally:
+        producer.purge()  # nothing is left to send after a commit or an abort; no transaction stays open
+        producer.flush(0)
+
+
+def _decide_and_send(plan: TaskPlan, partition: int, producer: Any, consumer: Any,
+                     rows: Iterator[tuple[str, bytes | None, bytes | None, Any]], digest: RowDigest) -> str:
     from confluent_kafka import TopicPartition
 
-    producer, consumer = _open(plan, tid)
     marker = read_task_marker(consumer, plan.marker_topic, partition)
     decision = task_decision(marker, partition, plan.batch_id, plan.input_digest, plan.replay_until, plan.replay)
     if decision == "check":

@@ -96,18 +96,18 @@ def test_executors_producing_through_driver_and_executor_kills_then_each_window_
 
 
 def test_a_re_run_that_gives_a_published_partition_other_records_is_refused_and_repeats_nothing(kafka_broker, processes, tmp_path: Path) -> None:
-    """`DISTRIBUTE BY rand()`: a restarted driver draws another seed, so the re-run of a batch gives its
-    tasks other records. The partition a task had published is refused by its record digest, naming the
-    partition, and nothing it held is published twice."""
+    """`uuid()` in the output: a restarted driver draws another seed, so the re-run of a batch gives its
+    tasks other records. The batch is refused before any task sends, naming the partition a task had
+    published, and no key is published twice."""
     suffix = uuid.uuid4().hex[:6]
-    source, target = kafka_broker.create_topic(f"keys-{suffix}"), kafka_broker.create_topic(f"copy-{suffix}", partitions=2)
+    source, target = kafka_broker.create_topic(f"keys-{suffix}", partitions=2), kafka_broker.create_topic(f"copy-{suffix}", partitions=2)
     produce_backlog(kafka_broker.bootstrap, source, RANDOM_RECORDS)
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"pipeline": {
         "sources": [{"name": "keys", "kind": "kafka", "options": {
             "kafka.bootstrap.servers": kafka_broker.bootstrap, "subscribe": source, "startingOffsets": "earliest",
             "maxOffsetsPerTrigger": "100"}}],
-        "transforms": [{"name": "shuffled", "sql": "SELECT CAST(key AS STRING) AS id, CAST(value AS STRING) AS sent FROM keys DISTRIBUTE BY rand()"}],
+        "transforms": [{"name": "shuffled", "sql": "SELECT CAST(key AS STRING) AS id, uuid() AS sent FROM keys"}],
         "sink": {"kind": "kafka", "kafka": {"bootstrapServers": kafka_broker.bootstrap, "topic": target, "keyColumn": "id",
                                             "valueColumn": "sent", "producers": "executors"}},
     }}))
@@ -117,6 +117,7 @@ def test_a_re_run_that_gives_a_published_partition_other_records_is_refused_and_
     first.kill()
     second = start_run(processes, tmp_path, job, ckpt, name="kafka-rand", label="re-run", master=EXECUTORS)
     assert second.wait(400) == ExitCode.FAILED, second.log_tail()
-    assert re.search(r"batch 0 partition \d not published again: the re-run holds other records", second.log_text()), second.log_tail()
+    assert re.search(r"batch 0 partition \d not published again: the re-run holds other records.*nothing of this run was sent",
+                     second.log_text()), second.log_tail()
     missing, duplicated, foreign = count_backlog(kafka_broker.bootstrap, target, RANDOM_RECORDS, timeout=30)
     assert duplicated == 0 and foreign == 0 and missing < RANDOM_RECORDS, (missing, duplicated, foreign)
