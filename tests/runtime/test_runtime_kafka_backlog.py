@@ -63,12 +63,14 @@ def topics(broker: Any, partitions: int) -> tuple[str, str]:
     return broker.create_topic(f"backlog-{suffix}", partitions=partitions), broker.create_topic(f"copy-{suffix}")
 
 
+@pytest.mark.parametrize("producers", ["driver", "executors"])
 def test_a_first_deploy_on_a_backlog_publishes_every_record_once_without_a_crash_loop(
-        kafka_broker, processes, tmp_path: Path) -> None:
+        kafka_broker, processes, tmp_path: Path, producers: str) -> None:
     records = 500_000  # 10 times the cap of a 10 s transaction
     source, target = topics(kafka_broker, partitions=1)
     produce_backlog(kafka_broker.bootstrap, source, records)
-    job = passthrough_job(kafka_broker, source, target, tmp_path / "job.json", transactionTimeoutMs=BACKLOG_TIMEOUT_MS)
+    job = passthrough_job(kafka_broker, source, target, tmp_path / "job.json", transactionTimeoutMs=BACKLOG_TIMEOUT_MS,
+                          producers=producers)
     ckpt = tmp_path / "ckpt"
 
     # as a restart policy would: start again on the same checkpoint after a failure, up to three times
@@ -114,11 +116,12 @@ def test_a_planned_batch_over_the_cap_is_planned_again_not_replayed(kafka_broker
 
 
 @pytest.mark.slow
-def test_a_first_deploy_on_five_million_records_with_the_defaults(kafka_broker, processes, tmp_path: Path) -> None:
+@pytest.mark.parametrize("producers", ["driver", "executors"])
+def test_a_first_deploy_on_five_million_records_with_the_defaults(kafka_broker, processes, tmp_path: Path, producers: str) -> None:
     records = 5_000_000  # issue 26: batch 0 ran out of heap in the driver, on every restart
     source, target = topics(kafka_broker, partitions=2)
     produce_backlog(kafka_broker.bootstrap, source, records)
-    job = passthrough_job(kafka_broker, source, target, tmp_path / "job.json")
+    job = passthrough_job(kafka_broker, source, target, tmp_path / "job.json", producers=producers)
     ckpt = tmp_path / "ckpt"
     run = start_run(processes, tmp_path, job, ckpt, name="backlog-5m", label="defaults")
     assert run.wait(1800) == 0, run.log_tail()
