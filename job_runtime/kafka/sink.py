@@ -34,7 +34,7 @@ The producer's transactional id is `streamjob.<namespace>.<name>`: stable
 across restarts, so a new driver's init_transactions fences the old one and
 aborts its open transaction; unique per job, so two jobs never fence each
 other. init_transactions runs when the query is built, before Spark plans
-anything from the offset log (`kafka_writer`), and after the driver took its
+anything from the offset log (job_runtime.kafka.writers.kafka_writer), and after the driver took its
 epoch on the checkpoint (job_runtime.checkpoints.epoch), which the writer checks
 before a transaction begins and again before it commits. Rows are produced by
 the driver (one producer, one transaction per batch, a bounded producer queue).

@@ -198,8 +198,7 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
         found = {r["partition"]: r for r in rows.mapInArrow(digest_partition, RESULT_SCHEMA).collect()}
         for p, marker in sorted(published.items()):
             assert marker is not None
-            got = RowDigest()
-            got.total, got.count = int(found[p]["rows"], 16), found[p]["records"]
+            got = RowDigest.parse(found[p]["rows"], found[p]["records"])
             try:
                 check_rows(marker, p, batch_id, got)
             except KafkaSinkError as err:

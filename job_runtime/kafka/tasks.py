@@ -56,9 +56,14 @@ class RowDigest:
     and their count. The same records in any order give the same digest; a record more, less or
     changed gives another (with probability 2^-128)."""
 
-    def __init__(self) -> None:
-        self.total = 0
-        self.count = 0
+    def __init__(self, total: int = 0, count: int = 0) -> None:
+        self.total = total % _MOD
+        self.count = count
+
+    @classmethod
+    def parse(cls, hex_total: str, count: int) -> "RowDigest":
+        """A digest as a task reported it (`hex`, `count`)."""
+        return cls(int(hex_total, 16), count)
 
     def add(self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | str | None]] | None) -> None:
         h = hashlib.blake2b(digest_size=16)
