@@ -23,6 +23,11 @@ export STREAMJOB_CACHE="$CACHE_ROOT"
 mkdir -p "$CACHE_ROOT"
 
 say() { echo "bootstrap: $*" >&2; }
+step_started=$SECONDS
+took() {  # what: says how long the step since the last call took (a cold run's breakdown: docs/design/ci-runs.md)
+  say "$1: $((SECONDS - step_started))s"
+  step_started=$SECONDS
+}
 die() { echo "bootstrap: error: $*" >&2; exit 1; }
 
 PY="${PYTHON:-python3}"
@@ -69,9 +74,11 @@ else
   "$VENV/bin/pip" install -q --no-deps -e "$ROOT" >&2 || die "pip install -e failed"
   "$VENV/bin/pip" install -q --no-deps -e "$ROOT/testbed" >&2 || die "pip install -e testbed failed"
 fi
+took "virtualenv"
 
 # 2. jars for s3a:// and Kafka (the image build below reuses Maven's repository)
 JARS_DIR=$(bash "$ROOT/testbed/build/fetch-jars.sh" "$VENV")
+took "jars"
 
 # 3. the container images (the test bed's kubelet runs them: docs/images.md),
 #    built in the background while the Go binaries build: the image build is
@@ -84,19 +91,24 @@ trap 'kill -- "-$base_pid" "-$images_pid" 2>/dev/null || true' EXIT
 
 # 4. Go binaries
 BIN_DIR=$(bash "$ROOT/testbed/build/build-go-binaries.sh")
+took "control plane, etcd, S3 server, helm"
 PROMETHEUS_BIN_DIR=$(bash "$ROOT/testbed/build/build-prometheus.sh")
+took "prometheus"
 
 # 4b. GitOps consumers (gopher-lua health runner, kstatus) for tests/gitops
 GITOPS_BIN_DIR=$(bash "$ROOT/testbed/build/build-gitops-tools.sh")
+took "gitops tools"
 
 # 4c. the real node (testbed/node.py): containerd, ctr and its runc shim, kubelet,
 #     kube-scheduler, kube-proxy, CoreDNS, the CNI plugins, pause, and the pause and
 #     busybox images; runc is Debian's package (apt-get install runc when missing)
 command -v runc >/dev/null 2>&1 || say "runc is missing: build-node.sh installs Debian's runc package with apt-get"
 NODE_BIN_DIR=$(bash "$ROOT/testbed/build/build-node.sh")
+took "node"
 
 # 5. the Kafka broker (KRaft) the test bed runs
 KAFKA_DIR=$(bash "$ROOT/testbed/build/fetch-kafka.sh")
+took "kafka"
 
 # 6. wait for the images
 if ! wait "$images_pid"; then
@@ -106,6 +118,7 @@ fi
 trap - EXIT
 cat "$CACHE_ROOT/build-images-base.log" "$images_out.log" >&2
 IMAGES_DIR=$(cat "$images_out")
+took "waiting for the images"
 
 cat > "$ROOT/.streamjob-env" <<ENV
 export STREAMJOB_CACHE="$CACHE_ROOT"
