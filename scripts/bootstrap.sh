@@ -48,6 +48,14 @@ setsid bash "$ROOT/scripts/build-images.sh" --base-only >/dev/null 2>"$CACHE_ROO
 base_pid=$!
 trap 'kill -- "-$base_pid" 2>/dev/null || true' EXIT
 
+# 0b. everything compiled from Go modules (the control plane, etcd, the S3 server, helm, Prometheus, the GitOps
+#     runners, the node) starts now too, in the background: compilation takes the CPU, while the virtualenv,
+#     the jars and the Kafka broker below are mostly downloads. Its folders come back as shell assignments.
+compile_out="$CACHE_ROOT/build-compiled.out"
+setsid bash "$ROOT/scripts/build-compiled.sh" >"$compile_out" 2>"$compile_out.log" &
+compile_pid=$!
+trap 'kill -- "-$base_pid" "-$compile_pid" 2>/dev/null || true' EXIT
+
 # 1. virtualenv, keyed by the Python version and the dependency lists (not by the
 #    rest of pyproject.toml: a new subpackage or tool setting needs no new venv)
 deps_key=$("$PY" - "$ROOT/pyproject.toml" "$ROOT/testbed/pyproject.toml" <<'PYKEY'
@@ -59,6 +67,8 @@ print(hashlib.sha256(json.dumps(deps, sort_keys=True).encode()).hexdigest()[:12]
 PYKEY
 )
 VENV="$CACHE_ROOT/venv-py$("$PY" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')-$deps_key"
+# which clone the editable installs point at, and with which package lists and scripts
+editable_key=$(cat <(echo "$ROOT") "$ROOT/pyproject.toml" "$ROOT/testbed/pyproject.toml" | sha256sum | cut -c1-16)
 if [[ ! -x "$VENV/bin/python" || ! -f "$VENV/.complete" ]]; then
   say "creating virtualenv $VENV (first run only)"
   rm -rf "$VENV"
@@ -67,12 +77,18 @@ if [[ ! -x "$VENV/bin/python" || ! -f "$VENV/.complete" ]]; then
   "$VENV/bin/pip" install -q -e "$ROOT[test]" >&2 || die "pip install failed (see above)"
   "$VENV/bin/pip" install -q -e "$ROOT/testbed" >&2 || die "pip install of the test bed failed (see above)"
   touch "$VENV/.complete"
+  echo "$editable_key" > "$VENV/.editable"
+elif [[ "$(cat "$VENV/.editable" 2>/dev/null)" == "$editable_key" ]]; then
+  # already this clone's: nothing is reinstalled, so a run that bootstraps again (dev.sh inside the tests)
+  # never leaves the packages missing for a moment under processes that are starting beside it
+  :
 else
   # the venv is shared by clones: point its editable installs at this one (the
   # product first: a venv from before the test bed had its own distribution
   # lists streamjob-testbed among the product's scripts, removed with it)
   "$VENV/bin/pip" install -q --no-deps -e "$ROOT" >&2 || die "pip install -e failed"
   "$VENV/bin/pip" install -q --no-deps -e "$ROOT/testbed" >&2 || die "pip install -e testbed failed"
+  echo "$editable_key" > "$VENV/.editable"
 fi
 took "virtualenv"
 
@@ -81,34 +97,27 @@ JARS_DIR=$(bash "$ROOT/testbed/build/fetch-jars.sh" "$VENV")
 took "jars"
 
 # 3. the container images (the test bed's kubelet runs them: docs/images.md),
-#    built in the background while the Go binaries build: the image build is
+#    built in the background while the Go binaries build (0b): the image build is
 #    mostly downloads, package unpacking and layer writes, the Go builds are
 #    compilation, so on a cold run the two overlap well even on 2 cores
 images_out="$CACHE_ROOT/build-images.out"
 setsid bash "$ROOT/scripts/build-images.sh" >"$images_out" 2>"$images_out.log" &
 images_pid=$!  # its own process group: stopped with it (buildah included) if bootstrap fails first
-trap 'kill -- "-$base_pid" "-$images_pid" 2>/dev/null || true' EXIT
+trap 'kill -- "-$base_pid" "-$compile_pid" "-$images_pid" 2>/dev/null || true' EXIT
 
-# 4. Go binaries
-BIN_DIR=$(bash "$ROOT/testbed/build/build-go-binaries.sh")
-took "control plane, etcd, S3 server, helm"
-PROMETHEUS_BIN_DIR=$(bash "$ROOT/testbed/build/build-prometheus.sh")
-took "prometheus"
-
-# 4b. GitOps consumers (gopher-lua health runner, kstatus) for tests/gitops
-GITOPS_BIN_DIR=$(bash "$ROOT/testbed/build/build-gitops-tools.sh")
-took "gitops tools"
-
-# 4c. the real node (testbed/node.py): containerd, ctr and its runc shim, kubelet,
-#     kube-scheduler, kube-proxy, CoreDNS, the CNI plugins, pause, and the pause and
-#     busybox images; runc is Debian's package (apt-get install runc when missing)
-command -v runc >/dev/null 2>&1 || say "runc is missing: build-node.sh installs Debian's runc package with apt-get"
-NODE_BIN_DIR=$(bash "$ROOT/testbed/build/build-node.sh")
-took "node"
-
-# 5. the Kafka broker (KRaft) the test bed runs
+# 4. the Kafka broker (KRaft) the test bed runs
 KAFKA_DIR=$(bash "$ROOT/testbed/build/fetch-kafka.sh")
 took "kafka"
+
+# 5. wait for the compiled binaries (step 0b)
+if ! wait "$compile_pid"; then
+  cat "$compile_out.log" >&2
+  die "building the Go binaries failed (testbed/build/build-*.sh; output above)"
+fi
+cat "$compile_out.log" >&2
+# shellcheck disable=SC1090
+source "$compile_out"
+took "waiting for the compiled binaries"
 
 # 6. wait for the images
 if ! wait "$images_pid"; then

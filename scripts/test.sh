@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # The README's test command: sets everything up (first run builds and
 # downloads into ~/.cache/streamjob), then runs the whole test suite against
-# the real local test bed. Extra arguments go to pytest.
+# the real local test bed.
+#
+# The whole suite runs as two pytest processes side by side (docs/design/ci-runs.md):
+#   - the bed's half (-m testbed): everything that needs the machine's one real
+#     node, in the foreground;
+#   - the local half (-m "not testbed"): unit, CRD, runtime (local Spark, its own
+#     Kafka broker and S3 server on loopback), savepoints...; niced, so the bed's
+#     control plane and kubelet come first; its output is printed when it ends.
+# The run fails when either half fails. With arguments, one pytest runs them
+# (extra arguments go to pytest); STREAMJOB_TEST_LANES=1 runs the whole suite
+# as one process, one half after the other.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -9,4 +19,29 @@ bash scripts/bootstrap.sh
 echo "test.sh: bootstrap took ${SECONDS}s" >&2
 # shellcheck disable=SC1091
 source .streamjob-env
-exec "$STREAMJOB_VENV/bin/pytest" -q -p no:cacheprovider --durations=0 --durations-min=15 "$@"
+PYTEST=("$STREAMJOB_VENV/bin/pytest" -q -p no:cacheprovider --durations=0 --durations-min=15)
+
+if [[ $# -gt 0 || "${STREAMJOB_TEST_LANES:-2}" == 1 ]]; then
+  exec "${PYTEST[@]}" "$@"
+fi
+
+mkdir -p .testbed
+local_log=".testbed/local-half.log"
+started=$SECONDS
+nice -n 10 "${PYTEST[@]}" -m "not testbed and not slow" >"$local_log" 2>&1 &
+local_pid=$!
+trap 'kill "$local_pid" 2>/dev/null || true' EXIT
+echo "test.sh: the local half (-m 'not testbed') runs beside this one; its output: $local_log" >&2
+
+bed_rc=0
+"${PYTEST[@]}" -m "testbed and not slow" || bed_rc=$?
+bed_seconds=$((SECONDS - started))
+local_rc=0
+wait "$local_pid" || local_rc=$?
+trap - EXIT
+echo
+echo "=== the local half (-m 'not testbed'), run beside the bed's ==="
+cat "$local_log"
+echo
+echo "test.sh: the bed's half exited $bed_rc after ${bed_seconds}s; the local half exited $local_rc; both done after $((SECONDS - started))s"
+[[ $bed_rc -eq 0 && $local_rc -eq 0 ]]

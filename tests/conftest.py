@@ -6,8 +6,9 @@ real node runs on a machine at a time, so a module that needs a bed of its own (
 second node, a node it stops or crashes, dev.sh's bed) says so with ``OWN_BED = True`` (``REAL_BED_KAFKA`` and
 ``REAL_BED_NODES = 2`` imply it) and runs before the shared bed starts: collection puts those modules first.
 Logs are kept, and their folder printed, when a test failed or when STREAMJOB_KEEP_TESTBED=1. A test that needs a
-bed (directly or through a fixture) is marked ``testbed``, so the fast lane deselects it:
-``pytest tests/unit tests/crd -m "not testbed"``.
+bed (directly or through a fixture), or lives in tests/bed or tests/e2e, is marked ``testbed``, so the fast lane
+deselects it: ``pytest tests/unit tests/crd -m "not testbed"``. The full run (scripts/test.sh) runs the two halves side
+by side, ``-m testbed`` and ``-m "not testbed"``: only the first holds the machine's real node.
 """
 
 from __future__ import annotations
@@ -37,9 +38,22 @@ def own_bed(module: ModuleType | None) -> bool:
                 or getattr(module, "REAL_BED_NODES", 1) != 1)
 
 
+# the folders whose every test belongs with the machine's one real node: they start the bed or parts of it without
+# the bed fixtures (dev.sh, the node's components alone), or are about it
+BED_FOLDERS = {"bed", "e2e"}
+
+
+def needs_bed(item: pytest.Item) -> bool:
+    """Whether a test needs the machine's one test bed: it uses a bed fixture, or it lives in a bed folder."""
+    if BED_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    parts = Path(str(item.path)).relative_to(item.config.rootpath).parts
+    return len(parts) > 2 and parts[0] == "tests" and parts[1] in BED_FOLDERS
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if BED_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if needs_bed(item):
             item.add_marker(pytest.mark.testbed)
     # the modules with a bed of their own first, each module's tests kept together and in order: the session's bed
     # holds the machine's one real node from its first use to the end
