@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -120,7 +121,11 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--report", type=Path, default=REPORT)
+    parser.add_argument("--modes", default=",".join(m for m, _, _ in MODES),
+                        help="which of the modes to run, comma-separated (a trial; the report is written with all three)")
+    parser.add_argument("--keep-logs", type=Path, help="copy each run's runtime log into this folder")
     args = parser.parse_args()
+    modes = tuple(m for m in MODES if m[0] in args.modes.split(","))
 
     from testbed import locate
     from testbed.kafka import start_kafka
@@ -135,12 +140,15 @@ def main() -> None:
             produce_backlog(broker.bootstrap, source, args.records)
             print(f"backlog of {args.records:,} records in {time.monotonic() - began:.0f} s", flush=True)
             for i in range(args.repeat):
-                for mode, delivery, producers in MODES if i % 2 == 0 else MODES[::-1]:
+                for mode, delivery, producers in modes if i % 2 == 0 else modes[::-1]:
                     label = f"{mode.replace('/', '-')}-{i}"
                     target = broker.create_topic(f"copy-{label.lower()}", partitions=args.partitions)
                     code, seconds, peak, batches = run_once(work, broker.bootstrap, source, target, delivery, label, producers)
                     missing, duplicated, _ = count_backlog(broker.bootstrap, target, args.records, timeout=900)
                     runs.append(Run(mode, code, seconds, peak, batches, missing, duplicated))
+                    if args.keep_logs is not None:
+                        args.keep_logs.mkdir(parents=True, exist_ok=True)
+                        shutil.copy(work / f"{label}.log", args.keep_logs / f"{label}.log")
                     print(f"{label}: {runs[-1]}", flush=True)
         finally:
             broker.stop()
