@@ -122,9 +122,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--report", type=Path, default=REPORT)
     parser.add_argument("--modes", default=",".join(m for m, _, _ in MODES),
-                        help="which of the modes to run, comma-separated (a trial; the report is written with all three)")
+                        help="which modes to run, comma-separated (a trial: the report's other columns stay empty)")
     parser.add_argument("--keep-logs", type=Path, help="copy each run's runtime log into this folder")
     args = parser.parse_args()
+    unknown = set(args.modes.split(",")) - {m for m, _, _ in MODES}
+    if unknown:
+        parser.error(f"--modes: unknown {', '.join(sorted(unknown))}; the modes are {', '.join(m for m, _, _ in MODES)}")
     modes = tuple(m for m in MODES if m[0] in args.modes.split(","))
 
     from testbed import locate

@@ -50,9 +50,10 @@ trap 'kill -- "-$base_pid" 2>/dev/null || true' EXIT
 
 # 0b. everything compiled from Go modules (the control plane, etcd, the S3 server, helm, Prometheus, the GitOps
 #     runners, the node) starts now too, in the background: compilation takes the CPU, while the virtualenv,
-#     the jars and the Kafka broker below are mostly downloads. Its folders come back as shell assignments.
+#     the jars and the Kafka broker below are mostly downloads. Its folders come back as shell assignments; its
+#     progress goes to stderr as it happens, between the other steps' lines.
 compile_out="$CACHE_ROOT/build-compiled.out"
-setsid bash "$ROOT/scripts/build-compiled.sh" >"$compile_out" 2>"$compile_out.log" &
+setsid bash "$ROOT/scripts/build-compiled.sh" >"$compile_out" &
 compile_pid=$!
 trap 'kill -- "-$base_pid" "-$compile_pid" 2>/dev/null || true' EXIT
 
@@ -110,11 +111,7 @@ KAFKA_DIR=$(bash "$ROOT/testbed/build/fetch-kafka.sh")
 took "kafka"
 
 # 5. wait for the compiled binaries (step 0b)
-if ! wait "$compile_pid"; then
-  cat "$compile_out.log" >&2
-  die "building the Go binaries failed (testbed/build/build-*.sh; output above)"
-fi
-cat "$compile_out.log" >&2
+wait "$compile_pid" || die "building the Go binaries failed (testbed/build/build-*.sh; output above)"
 # shellcheck disable=SC1090
 source "$compile_out"
 took "waiting for the compiled binaries"

@@ -10,8 +10,8 @@
 #     Kafka broker and S3 server on loopback), savepoints...; niced, so the bed's
 #     control plane and kubelet come first; its output is printed when it ends.
 # The run fails when either half fails. With arguments, one pytest runs them
-# (extra arguments go to pytest); STREAMJOB_TEST_LANES=1 runs the whole suite
-# as one process, one half after the other.
+# (extra arguments go to pytest); STREAMJOB_TEST_SERIAL=1 runs the whole suite
+# in one pytest process, as before the halves.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -21,16 +21,17 @@ echo "test.sh: bootstrap took ${SECONDS}s" >&2
 source .streamjob-env
 PYTEST=("$STREAMJOB_VENV/bin/pytest" -q -p no:cacheprovider --durations=0 --durations-min=15)
 
-if [[ $# -gt 0 || "${STREAMJOB_TEST_LANES:-2}" == 1 ]]; then
+if [[ $# -gt 0 || "${STREAMJOB_TEST_SERIAL:-}" == 1 ]]; then
   exec "${PYTEST[@]}" "$@"
 fi
 
 mkdir -p .testbed
 local_log=".testbed/local-half.log"
 started=$SECONDS
-nice -n 10 "${PYTEST[@]}" -m "not testbed and not slow" >"$local_log" 2>&1 &
+# its own process group: an interrupted run stops it with its brokers, S3 servers and JVMs
+setsid nice -n 10 "${PYTEST[@]}" -m "not testbed and not slow" >"$local_log" 2>&1 &
 local_pid=$!
-trap 'kill "$local_pid" 2>/dev/null || true' EXIT
+trap 'kill -- "-$local_pid" 2>/dev/null || true' EXIT
 echo "test.sh: the local half (-m 'not testbed') runs beside this one; its output: $local_log" >&2
 
 bed_rc=0

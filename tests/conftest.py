@@ -47,7 +47,7 @@ def needs_bed(item: pytest.Item) -> bool:
     """Whether a test needs the machine's one test bed: it uses a bed fixture, or it lives in a bed folder."""
     if BED_FIXTURES & set(getattr(item, "fixturenames", ())):
         return True
-    parts = Path(str(item.path)).relative_to(item.config.rootpath).parts
+    parts = item.path.relative_to(item.config.rootpath).parts
     return len(parts) > 2 and parts[0] == "tests" and parts[1] in BED_FOLDERS
 
 
