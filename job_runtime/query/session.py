@@ -18,12 +18,19 @@ What is set and why:
   checkpoints when that class is on the classpath (no rename on S3), unless a
   --conf chose the checkpoint file manager (the kill tests' pausing one).
 - Extra jars from $STREAMJOB_JARS_DIR on the driver and executor classpath.
+- A local master (`executor.instances: 0`, the benchmarks, the runtime tests) gets
+  Spark's cluster default of 4 attempts per task (`local[N]` -> `local[N,4]`; plain
+  `local[N]` gives one, so a lost task result fails the batch and restarts the driver)
+  and takes task results directly up to 128 MiB (`spark.task.maxDirectResultSize`):
+  in one JVM a result needs no trip through the block manager, where a partition of a
+  large batch was lost under memory pressure (`TaskResultLost`, docs/delivery.md).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +43,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("job_runtime.session")
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+LOCAL_TASK_ATTEMPTS = 4  # spark.task.maxFailures' default, which a cluster master gets
+LOCAL_DIRECT_RESULT = "128m"  # spark.rpc.message.maxSize's default, the most Spark takes directly
+_LOCAL_MASTER = re.compile(r"local(?:\[(\*|[1-9][0-9]*)\])?")
 ABORTABLE_CHECKPOINT_MANAGER = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"
 ENV_CREDENTIALS_PROVIDER = "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
 KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
@@ -68,7 +78,10 @@ def engine_conf(settings: RuntimeSettings, jars: list[Path] | None = None) -> di
         "spark.sql.streaming.stopTimeout": "120000",
     }
     if settings.master:
-        conf["spark.master"] = settings.master
+        master = with_task_attempts(settings.master)
+        conf["spark.master"] = master
+        if master.startswith("local["):
+            conf["spark.task.maxDirectResultSize"] = LOCAL_DIRECT_RESULT
     s3 = settings.s3
     if s3.endpoint:
         conf["spark.hadoop.fs.s3a.endpoint"] = s3.endpoint
@@ -93,6 +106,15 @@ def engine_conf(settings: RuntimeSettings, jars: list[Path] | None = None) -> di
             value = f"{conf[key]}{os.pathsep}{value}"
         conf[key] = value
     return conf
+
+
+def with_task_attempts(master: str) -> str:
+    """`local`, `local[N]` or `local[*]` with Spark's cluster default of 4 attempts per task
+    (`local[N,4]`); any other master (one that names its attempts, local-cluster, k8s) unchanged."""
+    match = _LOCAL_MASTER.fullmatch(master)
+    if match is None:
+        return master
+    return f"local[{match.group(1) or 1},{LOCAL_TASK_ATTEMPTS}]"
 
 
 def redacted(conf: dict[str, str]) -> dict[str, str]:

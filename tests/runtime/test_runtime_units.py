@@ -17,7 +17,7 @@ import pytest
 from job_runtime.run.control import ControlError, ControlServer, authorized, parse_address
 from streamjob_contract.jobdef import parse_job_definition
 from job_runtime.query.pipeline import sink_input
-from job_runtime.query.session import ROCKSDB_PROVIDER, engine_conf, redacted
+from job_runtime.query.session import ROCKSDB_PROVIDER, engine_conf, redacted, with_task_attempts
 from job_runtime.settings import RuntimeSettings, S3Settings, SettingsError, validate
 from job_runtime.query.progress import LateRowsTotal, progress_fields
 from streamjob_contract.runtime_status import RuntimeStatus, watermark_ms
@@ -64,6 +64,23 @@ def test_engine_conf_sets_the_state_store_and_pins_partitions(monkeypatch: pytes
     assert "EnvironmentVariableCredentialsProvider" in conf["spark.hadoop.fs.s3a.aws.credentials.provider"]
     assert conf["spark.driver.extraClassPath"] == "/jars/a.jar"
     assert "do-not-leak" not in json.dumps(conf)
+
+
+@pytest.mark.parametrize(("master", "expected"), [
+    ("local", "local[1,4]"), ("local[2]", "local[2,4]"), ("local[*]", "local[*,4]"),
+    ("local[2,1]", "local[2,1]"), ("local-cluster[2,1,1024]", "local-cluster[2,1,1024]"),
+    ("k8s://https://10.0.0.1:443", "k8s://https://10.0.0.1:443"), ("local[0]", "local[0]"),
+])
+def test_a_local_master_gets_four_attempts_per_task(master: str, expected: str) -> None:
+    assert with_task_attempts(master) == expected
+
+
+def test_a_local_master_takes_task_results_directly_and_a_users_conf_wins() -> None:
+    conf = engine_conf(settings(master="local[2]"))
+    assert conf["spark.master"] == "local[2,4]" and conf["spark.task.maxDirectResultSize"] == "128m"
+    assert "spark.task.maxDirectResultSize" not in engine_conf(settings(master="local-cluster[2,1,1024]"))
+    assert engine_conf(settings(master="local[2]", spark_conf=(("spark.task.maxDirectResultSize", "1m"),)))[
+        "spark.task.maxDirectResultSize"] == "1m"
 
 
 def test_engine_conf_refuses_overriding_owned_confs_and_masks_secrets() -> None:
