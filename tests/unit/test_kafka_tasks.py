@@ -42,6 +42,13 @@ def test_the_row_digest_ignores_order_and_header_order_and_sees_every_change() -
     assert digest_of([("t", b"ab", b"c", None)]).hex != digest_of([("t", b"a", b"bc", None)]).hex
 
 
+def test_the_row_digest_is_the_one_markers_already_hold() -> None:
+    # computed by the first release of the digest (hashlib, a field at a time): a marker a task
+    # committed before an upgrade must still match its re-run after it
+    rows = [("out", b"k1", b"v1", None), ("out", None, b"", [("b", "x"), ("a", b"y"), ("c", None)]), ("t2", b"", None, [])]
+    assert (digest_of(rows).hex, digest_of(rows).count) == ("6f6eee146167c8dc8eea912cea516746", 3)  # type: ignore[arg-type]
+
+
 def test_task_ids_never_collide_across_jobs_and_marker_topics_fit_kafka() -> None:
     assert task_transactional_id("streamjob.ns.x", 1) == "streamjob.ns.x/p1"
     # a job named "x.p1" and task 1 of job "x": Kubernetes names hold no "/"
