@@ -20,6 +20,7 @@ never from the plan.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterator
@@ -125,11 +126,13 @@ def read_task_marker(consumer: Any, topic: str, partition: int, timeout: float =
 
 
 def _rows(batches: Iterator["pa.RecordBatch"], first: "pa.RecordBatch") -> Iterator[tuple[str, bytes | None, bytes | None, Any]]:
-    """(topic, key, value, headers) of every record, `first` batch first."""
+    """(topic, key, value, headers) of every record, `first` batch first; headers None for every record
+    when the batches have no headers column (a sink without headersColumn sends none)."""
     batch: pa.RecordBatch | None = first
     while batch is not None:
         columns = batch.to_pydict()
-        yield from zip(columns["topic"], columns["key"], columns["value"], columns["headers"], strict=True)
+        headers = columns["headers"] if "headers" in columns else itertools.repeat(None, batch.num_rows)
+        yield from zip(columns["topic"], columns["key"], columns["value"], headers, strict=True)
         batch = next(batches, None)
 
 

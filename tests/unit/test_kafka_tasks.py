@@ -123,3 +123,18 @@ def test_a_tasks_refusal_is_told_without_sparks_wrapping() -> None:
     assert task_error(wrapped) == "sink.kafka: batch 5 partition 2 not published again: x"
     assert task_error(RuntimeError("Job aborted\\nmore")) == "Job aborted\\nmore"
     assert task_error(RuntimeError("")) == "RuntimeError"
+
+
+def test_a_task_reads_headers_only_when_the_batch_carries_them() -> None:
+    import pyarrow as pa
+
+    from job_runtime.kafka.task_publish import _rows
+
+    plain = pa.RecordBatch.from_pydict({"topic": ["out", "out"], "key": [b"k0", None], "value": [b"v0", b"v1"]})
+    with_headers = plain.append_column("headers", pa.array([[("h", "x")], None], pa.map_(pa.string(), pa.string())))
+    assert list(_rows(iter([]), plain)) == [("out", b"k0", b"v0", None), ("out", None, b"v1", None)]
+    assert list(_rows(iter([plain]), with_headers))[0] == ("out", b"k0", b"v0", [("h", "x")])
+    assert len(list(_rows(iter([plain]), with_headers))) == 4  # the next batch read too, without headers
+    # a batch without the column digests as one with null headers: markers written before stay valid
+    nulls = plain.append_column("headers", pa.array([None, None], pa.map_(pa.string(), pa.string())))
+    assert digest_of(list(_rows(iter([]), plain))).hex == digest_of(list(_rows(iter([]), nulls))).hex
