@@ -20,10 +20,11 @@ What is set and why:
 - Extra jars from $STREAMJOB_JARS_DIR on the driver and executor classpath.
 - A local master (`executor.instances: 0`, the benchmarks, the runtime tests) gets
   Spark's cluster default of 4 attempts per task (`local[N]` -> `local[N,4]`; plain
-  `local[N]` gives one, so a lost task result fails the batch and restarts the driver)
+  `local[N]` gives one, so any lost task fails the batch and restarts the driver)
   and takes task results directly up to 128 MiB (`spark.task.maxDirectResultSize`):
-  in one JVM a result needs no trip through the block manager, where a partition of a
-  large batch was lost under memory pressure (`TaskResultLost`, docs/delivery.md).
+  in one JVM a result needs no copy into the block manager and no fetch over the
+  loopback. (A driver short of heap then fails with its OutOfMemoryError rather than
+  with `TaskResultLost`, as the driver mode's large backlogs did: docs/delivery.md.)
 """
 
 from __future__ import annotations
