@@ -17,7 +17,8 @@ runs it to the end once per stage, each stage adding one step of the task's path
   before, whatever `headersColumn` said (beside the path: the sink sends it only with one);
 - `rows`: each batch made Python objects (`to_pydict`) and walked record by record
   (job_runtime.kafka.task_publish._rows);
-- `digest`: + the order-independent record digest (job_runtime.kafka.tasks.RowDigest);
+- `digest`: + the order-independent record digest: the sink's own check task
+  (job_runtime.kafka.task_publish.digest_partition);
 - `produce`: + librdkafka `produce` of every record, idempotent, no transaction, flushed;
 - `transaction`: the same inside one Kafka transaction per task (init, begin, commit),
   the sink's producer settings (job_runtime.kafka.task_publish);
@@ -87,20 +88,12 @@ def _rows_only(batches: Iterator[Any]) -> Iterator[Any]:
     yield _result(_walk(batches))
 
 
-def _digest(batches: Iterator[Any]) -> Iterator[Any]:
-    from job_runtime.kafka.tasks import RowDigest
-
-    digest = RowDigest()
-    yield _result(_walk(batches, lambda r: digest.add(*r)))
-
-
 def _producer(bootstrap: str, transactional_id: str | None) -> Any:
     from confluent_kafka import Producer
 
-    from job_runtime.kafka.task_publish import QUEUE_KBYTES, QUEUE_MESSAGES
+    from job_runtime.kafka.task_publish import PRODUCER_SETTINGS
 
-    conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
-            "queue.buffering.max.messages": QUEUE_MESSAGES, "queue.buffering.max.kbytes": QUEUE_KBYTES}
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS}
     if transactional_id:
         conf["transactional.id"] = transactional_id
     return Producer(conf)
@@ -141,12 +134,14 @@ def run_stage(spark: Any, stage: str, bootstrap: str, source: str, target: str, 
     """(seconds, CPU busy share, records) of one stage over the whole backlog."""
     from pyspark.sql import functions as F
 
+    from job_runtime.kafka.task_publish import RESULT_SCHEMA, digest_partition
+
     df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", source).load()
           .select(F.lit(target).alias("topic"), F.col("key").cast("string").cast("binary").alias("key"),
                   F.col("value").cast("string").cast("binary").alias("value"),
                   *([F.lit(None).cast("map<string,string>").alias("headers")] if headers else [])))
     bodies: dict[str, Callable[[Iterator[Any]], Iterator[Any]]] = {
-        "arrow": _count, "arrow+headers": _count, "rows": _rows_only, "digest": _digest,
+        "arrow": _count, "arrow+headers": _count, "rows": _rows_only, "digest": digest_partition,
         "produce": _produce_body(bootstrap, False, run_id), "transaction": _produce_body(bootstrap, True, run_id),
     }
     busy0, total0 = cpu_ticks()
@@ -158,7 +153,8 @@ def run_stage(spark: Any, stage: str, bootstrap: str, source: str, target: str, 
         df.select("topic", "key", "value").write.format("kafka").option("kafka.bootstrap.servers", bootstrap).save()
         n = -1
     else:
-        n = sum(r["n"] for r in df.mapInArrow(bodies[stage], RESULT).collect())
+        schema = RESULT_SCHEMA if stage == "digest" else RESULT  # the sink's own digest task reports `records`
+        n = sum(r["records" if stage == "digest" else "n"] for r in df.mapInArrow(bodies[stage], schema).collect())
     seconds = time.monotonic() - began
     busy1, total1 = cpu_ticks()
     return seconds, (busy1 - busy0) / max(total1 - total0, 1), n

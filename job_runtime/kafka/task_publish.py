@@ -42,6 +42,9 @@ RESULT_SCHEMA = "partition int, status string, records long, rows string, second
 MARKER_READ_TIMEOUT = 120.0  # a loading coordinator, or an open transaction on the marker's partition
 QUEUE_MESSAGES = 100_000
 QUEUE_KBYTES = 65_536
+# every task producer's settings but its brokers, credentials and transaction (benchmarks/executors_profile.py too)
+PRODUCER_SETTINGS = {"enable.idempotence": True, "linger.ms": 5,
+                     "queue.buffering.max.messages": QUEUE_MESSAGES, "queue.buffering.max.kbytes": QUEUE_KBYTES}
 
 
 class EpochFence(Protocol):
@@ -85,8 +88,7 @@ def _producer(plan: TaskPlan, tid: str) -> Any:
 
     producer = Producer({
         **_client_conf(plan.kafka), "transactional.id": tid, "transaction.timeout.ms": plan.kafka.transaction_timeout_ms,
-        "enable.idempotence": True, "linger.ms": 5,
-        "queue.buffering.max.messages": QUEUE_MESSAGES, "queue.buffering.max.kbytes": QUEUE_KBYTES,
+        **PRODUCER_SETTINGS,
     })
     producer.init_transactions(max(plan.kafka.transaction_timeout_ms / 1000, 30.0))
     return producer
