@@ -11,7 +11,7 @@ records: the timeout times a floor on the driver's publish rate, halved for the
 planning, reading and commit around the records. The floor is conservative (the
 driver did 12 k records/s on two cores at load 7-8; docs/benchmarks/kafka-backlog.md),
 so the default 60 s gives 300,000 records a batch. The cap also bounds memory: the
-driver holds at most two partitions of one batch (toLocalIterator, prefetching the next) and the producer's
+driver holds one partition of one batch at a time (job_runtime.kafka.driver_rows) and the producer's
 queue is bounded, so a batch of at most `cap` records fits whatever the backlog.
 
 A transaction that still ran out of time (a slower machine, large records) halves

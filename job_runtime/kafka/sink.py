@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from job_runtime import testhooks
 from job_runtime.kafka import auth as kafka_auth
 from job_runtime.kafka import budget
+from job_runtime.kafka.driver_rows import rows_by_partition
 from job_runtime.kafka.marker_copy import DurableMarker
 from job_runtime.kafka.marker import KafkaSinkError, Marker, batch_input_digest, publish_decision
 from job_runtime.kafka.replan import planned_batch, read_offset_log, replan_planned_batch
@@ -281,8 +282,8 @@ class ExactlyOnceKafkaWriter:
         opened = time.monotonic()
         try:
             producer.begin_transaction()
-            # the next partition is computed while this one is sent: the driver holds at most two of a capped batch
-            for row in rows.toLocalIterator(prefetchPartitions=True):
+            # one partition at a time, freed once sent: the driver holds at most one of a capped batch
+            for row in rows_by_partition(rows):
                 headers = list(row["headers"].items()) if row["headers"] else None
                 self._produce(producer, row["topic"], row["key"], row["value"], headers)
                 count += 1
