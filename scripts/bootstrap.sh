@@ -52,15 +52,8 @@ trap 'kill -- "-$base_pid" 2>/dev/null || true' EXIT
 #     runners, the node) starts now too, in the background: compilation takes the CPU, while the virtualenv,
 #     the jars and the Kafka broker below are mostly downloads. Its folders come back as shell assignments; its
 #     progress goes to stderr as it happens, between the other steps' lines.
-#     When STREAMJOB_LOCAL_ENV names a file (scripts/test.sh), the tools the local half of the tests
-#     needs are compiled first, and step 4b writes that file for it as soon as they are.
 compile_out="$CACHE_ROOT/build-compiled.out"
-local_ready=""
-if [[ -n "${STREAMJOB_LOCAL_ENV:-}" ]]; then
-  local_ready="$compile_out.local"
-  rm -f "$local_ready" "$STREAMJOB_LOCAL_ENV"
-fi
-setsid bash "$ROOT/scripts/build-compiled.sh" "$local_ready" >"$compile_out" &
+setsid bash "$ROOT/scripts/build-compiled.sh" >"$compile_out" &
 compile_pid=$!
 trap 'kill -- "-$base_pid" "-$compile_pid" 2>/dev/null || true' EXIT
 
@@ -117,32 +110,6 @@ trap 'kill -- "-$base_pid" "-$compile_pid" "-$images_pid" 2>/dev/null || true' E
 KAFKA_DIR=$(bash "$ROOT/testbed/build/fetch-kafka.sh")
 took "kafka"
 
-tools_env() {  # the exports for the virtualenv, the jars, the broker and the tools compiled in step 0b's first part
-  cat <<ENV
-export STREAMJOB_CACHE="$CACHE_ROOT"
-export STREAMJOB_VENV="$VENV"
-export STREAMJOB_BIN_DIR="$BIN_DIR"
-export STREAMJOB_PROMETHEUS_BIN_DIR="$PROMETHEUS_BIN_DIR"
-export STREAMJOB_JARS_DIR="$JARS_DIR"
-export STREAMJOB_KAFKA_DIR="$KAFKA_DIR"
-export STREAMJOB_GITOPS_BIN_DIR="$GITOPS_BIN_DIR"
-export PATH="$BIN_DIR:$GITOPS_BIN_DIR:$PROMETHEUS_BIN_DIR:$VENV/bin:\$PATH"
-ENV
-}
-
-# 4b. what the local half of the tests needs (the above, the S3 server, helm, promtool, the GitOps
-#     runners) is ready: the environment for it, while the control plane and the node still compile
-if [[ -n "$local_ready" ]]; then
-  while [[ ! -f "$local_ready" ]] && [[ "$(ps -o stat= -p "$compile_pid" 2>/dev/null)" == [^Z]* ]]; do sleep 1; done
-  if [[ -f "$local_ready" ]]; then
-    # shellcheck disable=SC1090
-    source "$local_ready"
-    tools_env >"$STREAMJOB_LOCAL_ENV.tmp"
-    mv "$STREAMJOB_LOCAL_ENV.tmp" "$STREAMJOB_LOCAL_ENV"
-    took "waiting for the local half's tools"
-  fi
-fi
-
 # 5. wait for the compiled binaries (step 0b)
 wait "$compile_pid" || die "building the Go binaries failed (testbed/build/build-*.sh; output above)"
 # shellcheck disable=SC1090
@@ -159,9 +126,16 @@ cat "$CACHE_ROOT/build-images-base.log" "$images_out.log" >&2
 IMAGES_DIR=$(cat "$images_out")
 took "waiting for the images"
 
-{
-  tools_env
-  echo "export STREAMJOB_NODE_BIN_DIR=\"$NODE_BIN_DIR\""
-  echo "export STREAMJOB_IMAGES_DIR=\"$IMAGES_DIR\""
-} >"$ROOT/.streamjob-env"
+cat > "$ROOT/.streamjob-env" <<ENV
+export STREAMJOB_CACHE="$CACHE_ROOT"
+export STREAMJOB_VENV="$VENV"
+export STREAMJOB_BIN_DIR="$BIN_DIR"
+export STREAMJOB_PROMETHEUS_BIN_DIR="$PROMETHEUS_BIN_DIR"
+export STREAMJOB_JARS_DIR="$JARS_DIR"
+export STREAMJOB_KAFKA_DIR="$KAFKA_DIR"
+export STREAMJOB_GITOPS_BIN_DIR="$GITOPS_BIN_DIR"
+export STREAMJOB_NODE_BIN_DIR="$NODE_BIN_DIR"
+export STREAMJOB_IMAGES_DIR="$IMAGES_DIR"
+export PATH="$BIN_DIR:$GITOPS_BIN_DIR:$PROMETHEUS_BIN_DIR:$VENV/bin:\$PATH"
+ENV
 say "ready: source .streamjob-env to use the tools"

@@ -48,10 +48,7 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def bin_dir(*need: str) -> Path:
-    """The control plane's, etcd's, the S3 server's and helm's folder; `need` names the binaries the caller
-    uses (default: the control plane's, etcd and the S3 server). The local half of the tests starts while
-    the control plane still compiles (scripts/test.sh): what it uses, the S3 server and helm, is built first."""
+def bin_dir() -> Path:
     explicit = os.environ.get("STREAMJOB_BIN_DIR")
     candidate = (
         Path(explicit)
@@ -60,7 +57,7 @@ def bin_dir(*need: str) -> Path:
         / "bin"
         / f"k8s-{K8S_VERSION}-etcd-{ETCD_VERSION}-s3-{VERSITYGW_VERSION}-helm-{HELM_VERSION}"
     )
-    missing = [b for b in (need or BINARIES) if not os.access(candidate / b, os.X_OK)]
+    missing = [b for b in BINARIES if not os.access(candidate / b, os.X_OK)]
     if missing:
         raise MissingToolError(
             f"test bed binaries {', '.join(missing)} are missing from {candidate}: "

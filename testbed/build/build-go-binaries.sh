@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # Builds the test bed's real Kubernetes control plane (kube-apiserver,
 # kube-controller-manager, kubectl), etcd, the S3 server and helm from their
-# official Go modules, into a cache keyed by version. Called by scripts/build-compiled.sh.
+# official Go modules, into a cache keyed by version. Called by scripts/bootstrap.sh.
 # Only the first run compiles; later runs find the binaries and return at once.
-# With --s3-and-helm, only the S3 server and helm (what the local half of the tests
-# needs, built first so it can start while the control plane compiles).
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
@@ -19,10 +17,8 @@ die() { echo "build-go-binaries: $*" >&2; exit 1; }
 command -v go >/dev/null 2>&1 || die "Go is not installed: install Go >= 1.26 (https://go.dev/doc/install or 'apt-get install golang-1.26') and re-run"
 mkdir -p "$BIN_DIR"
 
-wanted=(versitygw helm kube-apiserver kube-controller-manager kubectl etcd)
-[[ "${1:-}" == "--s3-and-helm" ]] && wanted=(versitygw helm)
 need=()
-for b in "${wanted[@]}"; do
+for b in kube-apiserver kube-controller-manager kubectl etcd versitygw helm; do
   [[ -x "$BIN_DIR/$b" ]] || need+=("$b")
 done
 if [[ ${#need[@]} -eq 0 ]]; then echo "$BIN_DIR"; exit 0; fi
@@ -102,10 +98,8 @@ build_simple() {  # name module@version binary-name-in-GOBIN
   mv "$gobin/$produced" "$BIN_DIR/$name"
 }
 
+build_k8s
+build_etcd
 build_simple versitygw "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" versitygw
 build_simple helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" helm
-if [[ ${#wanted[@]} -gt 2 ]]; then
-  build_k8s
-  build_etcd
-fi
 echo "$BIN_DIR"

@@ -73,7 +73,7 @@ def processes(jvm_class_archive: Path | None) -> Iterator[list[RuntimeProcess]]:
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """The test bed's S3 server (versitygw) alone, with one bucket; no Kubernetes needed here."""
     root = tmp_path_factory.mktemp("runtime-s3")
-    server = start_s3(locate.bin_dir("versitygw") / "versitygw", data_dir=root / "data", log_path=root / "versitygw.log", buckets=(BUCKET,))
+    server = start_s3(locate.bin_dir() / "versitygw", data_dir=root / "data", log_path=root / "versitygw.log", buckets=(BUCKET,))
     yield server
     server.process.stop()
 
