@@ -24,7 +24,8 @@ What is set and why:
   and takes task results directly up to 128 MiB (`spark.task.maxDirectResultSize`):
   in one JVM a result needs no copy into the block manager and no fetch over the
   loopback. (A driver short of heap then fails with its OutOfMemoryError rather than
-  with `TaskResultLost`, as the driver mode's large backlogs did: docs/delivery.md.)
+  with `TaskResultLost`. The driver mode's large backlogs did both; the cause was
+  `toLocalIterator`'s leak, fixed in job_runtime.kafka.driver_rows, not these settings.)
 """
 
 from __future__ import annotations
