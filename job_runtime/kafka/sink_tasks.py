@@ -10,8 +10,9 @@ the replay of an explicit restore); what changes is who sends the records. For b
    read every task marker and refuse, before anything is sent, a batch some task of
    which is ahead, or that an earlier run published with more tasks;
 3. one Spark job: every task publishes its partition in a transaction of its own with
-   its task marker, or checks that a partition already published holds the same records
-   (job_runtime.kafka.task_publish, job_runtime.kafka.tasks);
+   its task marker (or, when one transaction would run out of time, in chunks, each with a
+   partial marker: job_runtime.kafka.task_chunks), or checks that a partition already
+   published holds the same records (job_runtime.kafka.task_publish, job_runtime.kafka.tasks);
 4. the driver checks its epoch and commits the batch marker in its own transaction, as
    the driver sink does after its records.
 
@@ -155,7 +156,7 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
         tasks = rows.rdd.getNumPartitions()
         self.ensure_marker_partitions(max(tasks, 1))
         markers = self.task_markers()
-        published = self._precheck(markers, tasks, batch_id, digest)
+        published = self._precheck(markers, tasks, batch_id, digest)  # partition -> `upto` of its marker
         plan = TaskPlan(self.kafka, self.transactional_id, self.group, self.marker_topic, batch_id, digest,
                         self._replay_until, self._replay, self._epoch)
         started = time.monotonic()
@@ -173,7 +174,7 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
             if published:
                 rows.unpersist()
         statuses = [r["status"] for r in results]
-        sent = sum(r["records"] for r in results if r["status"] == "published")
+        sent = sum(r["records"] for r in results if r["status"] in ("published", "chunked"))
         testhooks.reached("kafka-before-commit")  # the batch marker's transaction: tasks published, not it
         self._check_fence(f"batch {batch_id}, before its batch marker")
         timeout = self.kafka.transaction_timeout_ms / 1000
@@ -190,15 +191,18 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
             raise KafkaSinkError(f"sink.kafka ({self._where()}): batch {batch_id}: its tasks published, its batch marker "
                                  f"did not commit: {err.args[0]}") from None
         self._copy.record_committed(Marker(batch_id, digest))
-        log.info("committed batch batchId=%s records=%d tasks=%d published=%d skipped=%d empty=%d seconds=%.1f", batch_id, sent,
-                 tasks, statuses.count("published"), statuses.count("skipped"), statuses.count("empty"), time.monotonic() - started)
+        log.info("committed batch batchId=%s records=%d tasks=%d published=%d skipped=%d empty=%d seconds=%.1f chunked=%d",
+                 batch_id, sent, tasks, statuses.count("published"), statuses.count("skipped"), statuses.count("empty"),
+                 time.monotonic() - started, statuses.count("chunked"))
         testhooks.reached("kafka-after-commit")
 
     def _check_published(self, rows: "DataFrame", published: dict[int, TaskMarker | None], batch_id: int) -> None:
-        """A re-run of a batch some tasks published: every partition's records hashed first (nothing sent), and
-        the batch refused, before any task sends, when a published partition's records changed. Without it a
-        query that is not deterministic could publish elsewhere records the changed partition had sent."""
-        found = {r["partition"]: r for r in rows.mapInArrow(digest_partition, RESULT_SCHEMA).collect()}
+        """A re-run of a batch some tasks published (some in part: a partial marker): every partition's records
+        hashed first (nothing sent), and the batch refused, before any task sends, when a published partition's
+        records changed. Without it a query that is not deterministic could publish elsewhere records the
+        changed partition had sent."""
+        bounds = {p: marker.upto for p, marker in published.items() if marker is not None and not marker.complete}
+        found = {r["partition"]: r for r in rows.mapInArrow(functools.partial(digest_partition, bounds), RESULT_SCHEMA).collect()}
         for p, marker in sorted(published.items()):
             assert marker is not None
             got = RowDigest.parse(found[p]["rows"], found[p]["records"])
@@ -211,11 +215,11 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
     def _precheck(self, markers: list[TaskMarker | None], tasks: int, batch_id: int, digest: str) -> list[int]:
         """Refuse before anything is sent: a task marker ahead of this batch, or partitions beyond this run's tasks
         that published this batch (an earlier run of it had more tasks: its rows per task cannot match).
-        Returns the partitions already published (their records are to be checked)."""
+        Returns the partitions already published, wholly or in part (their records are to be checked)."""
         published = []
         for p, found in enumerate(markers[:tasks]):
             try:
-                if task_decision(found, p, batch_id, digest, self._replay_until, self._replay) == "check":
+                if task_decision(found, p, batch_id, digest, self._replay_until, self._replay) in ("check", "resume"):
                     published.append(p)
             except KafkaSinkError as err:
                 raise KafkaSinkError(f"{err} ({self._where()}, marker topic {self.marker_topic})") from None

@@ -10,7 +10,11 @@ the batch's `TaskPlan`); the rules are job_runtime.kafka.tasks. Each attempt of 
 3. `check`: the partition was published; its records are hashed and compared, nothing is
    sent (`skipped`); `publish`/`replay`: the driver's epoch is checked, a transaction sends
    every record with the task marker (send_offsets_to_transaction), the epoch is checked
-   again, and it commits (`published`).
+   again, and it commits (`published`). A transaction still sending after half its timeout
+   is aborted and the attempt fails, naming it; Spark's retry of the task (and any attempt
+   after the first) sends the partition in chunks (`chunked`, job_runtime.kafka.task_chunks).
+   `resume`: an earlier attempt committed some chunks: the rest goes in chunks (`chunked`).
+   The first attempt spills nothing: the chunks' cost is paid only by a partition that needs them.
 
 Each task makes its producer and initialises it (a producer kept from an earlier task
 would be fenced by any attempt of the partition on another worker since); the marker
@@ -23,14 +27,15 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from job_runtime import testhooks
 from job_runtime.kafka import auth as kafka_auth
+from job_runtime.kafka import chunks
 from job_runtime.kafka.marker import KafkaSinkError
-from job_runtime.kafka.tasks import RowDigest, TaskMarker, check_rows, task_decision, task_transactional_id
+from job_runtime.kafka.task_chunks import abort, batch_rows, commit_marker, publish_in_chunks, replay_token
+from job_runtime.kafka.tasks import BUCKETS, RowDigest, TaskMarker, bucket, check_rows, task_decision, task_transactional_id
 from streamjob_contract.jobdef import KafkaSink
 
 if TYPE_CHECKING:
@@ -127,17 +132,6 @@ def read_task_marker(consumer: Any, topic: str, partition: int, timeout: float =
             time.sleep(0.5)
 
 
-def _rows(batches: Iterator["pa.RecordBatch"], first: "pa.RecordBatch") -> Iterator[tuple[str, bytes | None, bytes | None, Any]]:
-    """(topic, key, value, headers) of every record, `first` batch first; headers None for every record
-    when the batches have no headers column (a sink without headersColumn sends none)."""
-    batch: pa.RecordBatch | None = first
-    while batch is not None:
-        columns = batch.to_pydict()
-        headers = columns["headers"] if "headers" in columns else itertools.repeat(None, batch.num_rows)
-        yield from zip(columns["topic"], columns["key"], columns["value"], headers, strict=True)
-        batch = next(batches, None)
-
-
 def _result(partition: int, status: str, digest: RowDigest, started: float) -> "pa.RecordBatch":
     import pyarrow as pa
 
@@ -162,7 +156,8 @@ def publish_partition(plan: TaskPlan, batches: Iterator["pa.RecordBatch"]) -> It
     tid = task_transactional_id(plan.driver_id, partition)
     where = f"brokers {plan.kafka.bootstrap_servers} topic {plan.kafka.topic} batch {plan.batch_id} partition {partition}"
     try:
-        status = _publish(plan, partition, tid, _rows(batches, first), digest)
+        attempt = context.attemptNumber() if context is not None else 0
+        status, digest = _publish(plan, partition, tid, itertools.chain([first], batches), attempt)
     except KafkaSinkError:
         raise
     except Exception as err:
@@ -172,67 +167,78 @@ def publish_partition(plan: TaskPlan, batches: Iterator["pa.RecordBatch"]) -> It
     yield _result(partition, status, digest, started)
 
 
-def digest_partition(batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
-    """mapInArrow body: this task's record digest and count, nothing sent (the driver's check of a re-run)."""
+def digest_partition(bounds: dict[int, int], batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
+    """mapInArrow body: this task's record digest and count, nothing sent (the driver's check of a re-run);
+    of the records below `bounds[partition]` (a partial marker's `upto`) when the partition has one."""
     from pyspark import TaskContext
 
     started = time.monotonic()
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
+    upto = bounds.get(partition, BUCKETS)
     digest = RowDigest()
-    first = next((b for b in batches if b.num_rows), None)
-    if first is not None:
-        for topic, key, value, headers in _rows(batches, first):
-            digest.add(topic, key, value, headers)
+    for batch in batches:
+        for topic, key, value, headers in batch_rows(batch):
+            if upto >= BUCKETS:
+                digest.add(topic, key, value, headers)
+            else:
+                hashed = RowDigest().add(topic, key, value, headers)
+                if bucket(hashed) < upto:
+                    digest.add_hash(hashed)
     yield _result(partition, "digest", digest, started)
 
 
-def _publish(plan: TaskPlan, partition: int, tid: str, rows: Iterator[tuple[str, bytes | None, bytes | None, Any]], digest: RowDigest) -> str:
+def _publish(plan: TaskPlan, partition: int, tid: str, batches: Iterable["pa.RecordBatch"], attempt: int) -> tuple[str, RowDigest]:
     producer = _producer(plan, tid)
     try:
-        return _decide_and_send(plan, partition, producer, _consumer(plan), rows, digest)
+        return _decide_and_send(plan, partition, producer, _consumer(plan), batches, attempt)
     finally:
         producer.purge()  # nothing is left to send after a commit or an abort; no transaction stays open
         producer.flush(0)
 
 
 def _decide_and_send(plan: TaskPlan, partition: int, producer: Any, consumer: Any,
-                     rows: Iterator[tuple[str, bytes | None, bytes | None, Any]], digest: RowDigest) -> str:
-    from confluent_kafka import TopicPartition
-
+                     batches: Iterable["pa.RecordBatch"], attempt: int) -> tuple[str, RowDigest]:
     marker = read_task_marker(consumer, plan.marker_topic, partition)
     decision = task_decision(marker, partition, plan.batch_id, plan.input_digest, plan.replay_until, plan.replay)
+    digest = RowDigest()
     if decision == "check":
         assert marker is not None
-        for topic, key, value, headers in rows:  # every record: the state stores of the batch must commit too
-            digest.add(topic, key, value, headers)
+        for batch in batches:  # every record: the state stores of the batch must commit too
+            for topic, key, value, headers in batch_rows(batch):
+                digest.add(topic, key, value, headers)
         check_rows(marker, partition, plan.batch_id, digest)
-        return "skipped"
+        return "skipped", digest
     fence = plan.epoch.fence() if plan.epoch is not None else None
+    where = f"batch {plan.batch_id} partition {partition}"
+
+    def produce(topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
+        _produce(producer, topic, key, value, headers)
+
+    if decision == "resume" or attempt > 0:  # some chunks committed, or an earlier attempt failed (out of time?)
+        return "chunked", publish_in_chunks(plan=plan, partition=partition, producer=producer, consumer=consumer,
+                                            batches=batches, marker=marker if decision == "resume" else None,
+                                            produce=produce, fence=fence)
     if fence is not None:
-        fence.check(f"batch {plan.batch_id} partition {partition}, before its Kafka transaction")
-    timeout = plan.kafka.transaction_timeout_ms / 1000
+        fence.check(f"{where}, before its Kafka transaction")
+    timeout_ms = plan.kafka.transaction_timeout_ms
+    opened = time.monotonic()
     producer.begin_transaction()
     try:
-        for topic, key, value, headers in rows:
-            digest.add(topic, key, value, headers)
-            _produce(producer, topic, key, value, headers)
-        replaying = plan.replay_until is not None and plan.batch_id <= plan.replay_until
-        done = TaskMarker(plan.batch_id, plan.input_digest, digest.hex, digest.count, plan.replay if replaying else "")
-        producer.send_offsets_to_transaction([TopicPartition(plan.marker_topic, partition, plan.batch_id + 1, done.metadata())],
-                                             consumer.consumer_group_metadata(), timeout)
-        testhooks.reached("kafka-task-before-commit")
-        if fence is not None:
-            fence.check(f"batch {plan.batch_id} partition {partition}, before its Kafka commit")
-        producer.commit_transaction(timeout)
+        for batch in batches:
+            for topic, key, value, headers in batch_rows(batch):
+                digest.add(topic, key, value, headers)
+                _produce(producer, topic, key, value, headers)
+                if digest.count % chunks.CHECK_EVERY == 0 and chunks.out_of_time(time.monotonic() - opened, timeout_ms):
+                    raise KafkaSinkError(
+                        f"sink.kafka: {where}: {digest.count} records sent in {time.monotonic() - opened:.1f}s, past half of "
+                        f"transactionTimeoutMs ({timeout_ms} ms): aborted; the task's retry sends the partition in chunks")
+        commit_marker(plan, partition, producer, consumer, fence, where,
+                      TaskMarker(plan.batch_id, plan.input_digest, digest.hex, digest.count, replay_token(plan)))
     except BaseException:
-        try:
-            producer.abort_transaction(30)
-        except Exception:  # the next init of this id aborts it anyway
-            pass
+        abort(producer)
         raise
-    testhooks.reached("kafka-task-after-commit")
-    return "published"
+    return "published", digest
 
 
 def _produce(producer: Any, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:

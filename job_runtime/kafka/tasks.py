@@ -17,6 +17,13 @@ this partition was published; its records are compared by digest and the task se
 nothing. Different records mean the query did not give the task the same rows again:
 the task refuses, naming the partition, and sends nothing (docs/delivery.md).
 
+A partition too slow to send in one transaction goes in several (job_runtime.kafka.task_chunks):
+each record has a bucket (the top 16 bits of its hash, so a record's bucket does not depend
+on the order the query gives it in), a chunk is a range of buckets, and each chunk's
+transaction commits a *partial* marker: the records of every bucket below `upto` are
+published, `rows` and `n` cover those. A re-run of the batch finds a partial marker: it
+checks the records below `upto` as above and sends the rest (`resume`).
+
 `/` in the id: Kubernetes names cannot hold it, so a job named `x.p1` never shares
 an id with task 1 of job `x`.
 """
@@ -34,6 +41,8 @@ from job_runtime.kafka.marker import KafkaSinkError
 
 MAX_TOPIC = 249  # Kafka's limit on a topic name
 _MOD = 1 << 128
+BUCKET_BITS = 16
+BUCKETS = 1 << BUCKET_BITS  # a partial marker's `upto` is in [0, BUCKETS); BUCKETS means every record
 
 
 def task_transactional_id(driver_id: str, partition: int) -> str:
@@ -65,23 +74,43 @@ class RowDigest:
         """A digest as a task reported it (`hex`, `count`)."""
         return cls(int(hex_total, 16), count)
 
-    def add(self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | str | None]] | None) -> None:
-        # every field length-prefixed (-1 for none), headers by name, hashed in one call: the per-record
-        # cost of every task's publish (the bytes hashed are those every earlier version hashed)
-        parts: list[bytes] = []
-        _field(parts, topic.encode())
-        _field(parts, key)
-        _field(parts, value)
-        if headers:
-            for name, header in sorted(headers, key=lambda kv: kv[0]):
-                _field(parts, name.encode())
-                _field(parts, header.encode() if isinstance(header, str) else header)
-        self.total = (self.total + int.from_bytes(_blake2b(b"".join(parts), digest_size=16).digest(), "big")) % _MOD
+    def add(self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | str | None]] | None) -> int:
+        """Adds one record; returns its hash (its bucket: `bucket`)."""
+        hashed = record_hash(topic, key, value, headers)
+        self.total = (self.total + hashed) % _MOD
         self.count += 1
+        return hashed
+
+    def add_hash(self, hashed: int) -> None:
+        self.total = (self.total + hashed) % _MOD
+        self.count += 1
+
+    def plus(self, other: "RowDigest") -> "RowDigest":
+        """The digest of both sets of records."""
+        return RowDigest(self.total + other.total, self.count + other.count)
 
     @property
     def hex(self) -> str:
         return f"{self.total:032x}"
+
+
+def record_hash(topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | str | None]] | None) -> int:
+    """A record's 128-bit hash: every field length-prefixed (-1 for none), headers by name, hashed in one
+    call (the per-record cost of every task's publish; the bytes hashed are those every earlier version hashed)."""
+    parts: list[bytes] = []
+    _field(parts, topic.encode())
+    _field(parts, key)
+    _field(parts, value)
+    if headers:
+        for name, header in sorted(headers, key=lambda kv: kv[0]):
+            _field(parts, name.encode())
+            _field(parts, header.encode() if isinstance(header, str) else header)
+    return int.from_bytes(_blake2b(b"".join(parts), digest_size=16).digest(), "big")
+
+
+def bucket(hashed: int) -> int:
+    """A record's bucket, from its hash: which chunk of a partition sent in several transactions holds it."""
+    return hashed >> (128 - BUCKET_BITS)
 
 
 _NONE = struct.pack(">i", -1)
@@ -99,18 +128,26 @@ def _field(parts: list[bytes], part: bytes | None) -> None:
 
 @dataclass(frozen=True)
 class TaskMarker:
-    """What task p committed last: the batch (id and input digest) and its records (digest, count)."""
+    """What task p committed last: the batch (id and input digest) and its records (digest, count); a
+    partial marker (`upto` < BUCKETS) covers only the records whose bucket is below `upto`."""
 
     batch_id: int
     input: str
     rows: str
     count: int
     replay: str = ""  # the explicit restore whose replay published it ("" for none): see task_decision
+    upto: int = BUCKETS
+
+    @property
+    def complete(self) -> bool:
+        return self.upto >= BUCKETS
 
     def metadata(self) -> str:
         body: dict[str, object] = {"batch": self.batch_id, "input": self.input, "rows": self.rows, "n": self.count}
         if self.replay:
             body["replay"] = self.replay
+        if not self.complete:
+            body["upto"] = self.upto
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
@@ -119,12 +156,15 @@ class TaskMarker:
             return None
         try:
             body = json.loads(metadata or "")
-            return cls(int(body["batch"]), str(body["input"]), str(body["rows"]), int(body["n"]), str(body.get("replay", "")))
+            upto = int(body.get("upto", BUCKETS))
+            if not 0 <= upto <= BUCKETS:
+                raise ValueError(upto)
+            return cls(int(body["batch"]), str(body["input"]), str(body["rows"]), int(body["n"]), str(body.get("replay", "")), upto)
         except (ValueError, KeyError, TypeError):
             return cls(offset - 1, "", "", -1)  # unreadable: matches no batch, so it is never taken as published
 
 
-TaskDecision = Literal["publish", "check", "replay"]
+TaskDecision = Literal["publish", "check", "resume", "replay"]
 
 
 def task_decision(marker: TaskMarker | None, partition: int, batch_id: int, input_digest: str,
@@ -132,7 +172,8 @@ def task_decision(marker: TaskMarker | None, partition: int, batch_id: int, inpu
     """Pure: what task `partition` does with its share of batch `batch_id` (input `input_digest`).
 
     publish: its marker is behind. check: its marker names this batch with this input, so the
-    partition was published: compare the records (`check_rows`) and send nothing. replay: the
+    partition was published: compare the records (`check_rows`) and send nothing. resume: the same,
+    but the marker is partial: compare the records it covers, send the rest. replay: the
     marker is ahead but within an explicit restore's replay (`replay_until`, the restore's token
     `replay`). Ahead otherwise: KafkaSinkError.
 
@@ -144,7 +185,7 @@ def task_decision(marker: TaskMarker | None, partition: int, batch_id: int, inpu
     if marker is None or marker.batch_id < batch_id:
         return "publish"
     if marker.batch_id == batch_id and marker.input == input_digest and not (in_replay and marker.replay != replay):
-        return "check"
+        return "check" if marker.complete else "resume"
     if in_replay:
         return "replay"
     raise KafkaSinkError(
@@ -156,7 +197,8 @@ def task_decision(marker: TaskMarker | None, partition: int, batch_id: int, inpu
 
 
 def check_rows(marker: TaskMarker, partition: int, batch_id: int, rows: RowDigest) -> None:
-    """A re-run of a published partition must hold the same records; raises KafkaSinkError when not."""
+    """A re-run of a published partition must hold the same records (those of the buckets below a partial
+    marker's `upto`: `rows` is their digest); raises KafkaSinkError when not."""
     if marker.rows == rows.hex and marker.count == rows.count:
         return
     raise KafkaSinkError(

@@ -65,6 +65,10 @@ def test_the_task_marker_round_trips_and_an_unreadable_one_matches_no_batch() ->
     assert TaskMarker.parse(8, replayed.metadata()) == replayed
     assert len(TaskMarker(10**12, "a" * 32, "b" * 32, 10**9, "c" * 16).metadata()) < 4096  # offset.metadata.max.bytes
     assert TaskMarker.parse(None, None) is None and TaskMarker.parse(-1, "") is None
+    partial = TaskMarker(7, "abc", "f" * 32, 5, "", 1234)
+    assert '"upto":1234' in partial.metadata() and TaskMarker.parse(8, partial.metadata()) == partial and not partial.complete
+    assert '"upto"' not in marker.metadata() and marker.complete  # a complete marker reads as every earlier version wrote it
+    assert TaskMarker.parse(8, marker.metadata()[:-1] + ',"upto":70000}').input == ""  # past BUCKETS: unreadable
     odd = TaskMarker.parse(8, "not json")
     assert odd is not None and odd.batch_id == 7 and task_decision(odd, 0, 8, "abc", None) == "publish"
     with pytest.raises(KafkaSinkError):  # never taken as "published" for its own batch: refused, not skipped
@@ -80,6 +84,10 @@ def test_the_task_marker_round_trips_and_an_unreadable_one_matches_no_batch() ->
     (TaskMarker(5, "d5", "r", 1, "t1"), 5, 9, "t2", "replay"),           # by an earlier restore's replay: again
     (TaskMarker(5, "d5", "r", 1, "t2"), 5, 9, "t2", "check"),            # by this replay, then lost: once
     (TaskMarker(5, "d5", "r", 1), 12, 9, "t2", "publish"),               # past the replay, behind
+    (TaskMarker(5, "d5", "r", 1, "", 100), 5, None, "", "resume"),       # some chunks of this batch: the rest
+    (TaskMarker(5, "d5", "r", 1, "t2", 100), 5, 9, "t2", "resume"),      # chunks of this replay, then lost
+    (TaskMarker(5, "d5", "r", 1, "t1", 100), 5, 9, "t2", "replay"),      # chunks before the restore: all again
+    (TaskMarker(4, "d4", "r", 1, "", 100), 5, None, "", "publish"),      # an earlier batch's chunks: behind
 ])
 def test_task_decisions(marker: TaskMarker | None, batch: int, replay_until: int | None, replay: str, expected: str) -> None:
     assert task_decision(marker, 3, batch, f"d{batch}", replay_until, replay) == expected
@@ -128,13 +136,12 @@ def test_a_tasks_refusal_is_told_without_sparks_wrapping() -> None:
 def test_a_task_reads_headers_only_when_the_batch_carries_them() -> None:
     import pyarrow as pa
 
-    from job_runtime.kafka.task_publish import _rows
+    from job_runtime.kafka.task_chunks import batch_rows
 
     plain = pa.RecordBatch.from_pydict({"topic": ["out", "out"], "key": [b"k0", None], "value": [b"v0", b"v1"]})
     with_headers = plain.append_column("headers", pa.array([[("h", "x")], None], pa.map_(pa.string(), pa.string())))
-    assert list(_rows(iter([]), plain)) == [("out", b"k0", b"v0", None), ("out", None, b"v1", None)]
-    assert list(_rows(iter([plain]), with_headers))[0] == ("out", b"k0", b"v0", [("h", "x")])
-    assert len(list(_rows(iter([plain]), with_headers))) == 4  # the next batch read too, without headers
+    assert list(batch_rows(plain)) == [("out", b"k0", b"v0", None), ("out", None, b"v1", None)]
+    assert list(batch_rows(with_headers))[0] == ("out", b"k0", b"v0", [("h", "x")])
     # a batch without the column digests as one with null headers: markers written before stay valid
     nulls = plain.append_column("headers", pa.array([None, None], pa.map_(pa.string(), pa.string())))
-    assert digest_of(list(_rows(iter([]), plain))).hex == digest_of(list(_rows(iter([]), nulls))).hex
+    assert digest_of(list(batch_rows(plain))).hex == digest_of(list(batch_rows(nulls))).hex
