@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from job_runtime.kafka.budget import budget_records
+from job_runtime.kafka.budget import RECORDS_PER_SECOND_FLOOR
 from job_runtime.kafka.tasks import BUCKETS
 
 SEND_SHARE = 0.5  # of transactionTimeoutMs: a transaction still sending past this is aborted (the rest is for its commit)
@@ -33,12 +33,16 @@ def out_of_time(open_seconds: float, transaction_timeout_ms: int) -> bool:
     return open_seconds > transaction_timeout_ms / 1000 * SEND_SHARE
 
 
+def stop_sending(sent: int, open_seconds: float, transaction_timeout_ms: int) -> bool:
+    """Asked after every record: out of time, looked at every CHECK_EVERY records."""
+    return sent % CHECK_EVERY == 0 and out_of_time(open_seconds, transaction_timeout_ms)
+
+
 def chunk_target(transaction_timeout_ms: int, sent: int | None = None, seconds: float | None = None) -> int:
     """Records for the next chunk: CHUNK_SHARE of the timeout at the rate measured (`sent` records in
     `seconds`), or at the budget's floor rate when nothing was measured; at least 1."""
-    if sent is None or seconds is None or seconds <= 0:
-        return max(1, int(budget_records(transaction_timeout_ms) * CHUNK_SHARE / 0.5))
-    return max(1, int(sent / seconds * transaction_timeout_ms / 1000 * CHUNK_SHARE))
+    rate = sent / seconds if sent is not None and seconds is not None and seconds > 0 else RECORDS_PER_SECOND_FLOOR
+    return max(1, int(rate * transaction_timeout_ms / 1000 * CHUNK_SHARE))
 
 
 def next_range(histogram: Sequence[int], start: int, target: int) -> tuple[int, int]:

@@ -23,7 +23,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("job_runtime.kafka_sink")
 
 Row = tuple[str, "bytes | None", "bytes | None", Any]
-Produce = Callable[[str, "bytes | None", "bytes | None", Any], None]
 
 
 def spill_dir() -> Path:
@@ -55,10 +54,10 @@ def batch_rows(batch: "pa.RecordBatch") -> Iterator[Row]:
 
 
 class Spill:
-    """Arrow batches written to one file on the executor's disk as they arrive, read back memory-mapped."""
+    """Arrow batches written to one file on the executor's disk, read back memory-mapped."""
 
-    def __init__(self, directory: Path, label: str) -> None:
-        handle, name = tempfile.mkstemp(prefix=f"streamjob-{label}-", suffix=".arrow", dir=directory)
+    def __init__(self, directory: Path) -> None:
+        handle, name = tempfile.mkstemp(prefix="streamjob-partition-", suffix=".arrow", dir=directory)
         os.close(handle)
         self.path = Path(name)
         self._sink: Any = None
@@ -99,7 +98,7 @@ class Indexed:
     def __init__(self, batches: Iterable["pa.RecordBatch"], upto: int, directory: Path) -> None:
         import pyarrow as pa
 
-        self.spill = Spill(directory, "indexed")
+        self.spill = Spill(directory)
         self.histogram = [0] * BUCKETS
         self.published = RowDigest()
         self.total = RowDigest()
@@ -129,7 +128,7 @@ class Indexed:
 
 
 def publish_in_chunks(*, plan: Any, partition: int, producer: Any, consumer: Any, batches: Iterable["pa.RecordBatch"],
-                      marker: TaskMarker | None, produce: Produce, fence: Any) -> RowDigest:
+                      marker: TaskMarker | None, fence: Any) -> RowDigest:
     """Sends the partition (`batches`) in chunks, each with a partial marker, the last with the complete one.
     `marker`: this batch's partial marker (resume: its records are checked, not sent again), else None.
     Returns the digest of every record of the partition."""
@@ -152,8 +151,8 @@ def publish_in_chunks(*, plan: Any, partition: int, producer: Any, consumer: Any
             try:
                 for topic, key, value, headers in indexed.rows(first, end):
                     sent.add(topic, key, value, headers)
-                    produce(topic, key, value, headers)
-                    if sent.count % chunks.CHECK_EVERY == 0 and chunks.out_of_time(time.monotonic() - opened, timeout_ms):
+                    produce(producer, topic, key, value, headers)
+                    if chunks.stop_sending(sent.count, time.monotonic() - opened, timeout_ms):
                         finished = False
                         break
                 if finished:
@@ -166,13 +165,12 @@ def publish_in_chunks(*, plan: Any, partition: int, producer: Any, consumer: Any
             seconds = time.monotonic() - opened
             if not finished:  # out of time before its last record: aborted, sent again smaller
                 abort(producer)
+                planned = chunks.records_in(indexed.histogram, first, end)
                 if end - first == 1:
                     raise KafkaSinkError(
-                        f"sink.kafka: {where}: the {chunks.records_in(indexed.histogram, first, end)} records of one bucket "
-                        f"cannot be sent within {chunks.SEND_SHARE:g} of transactionTimeoutMs ({timeout_ms} ms); raise it "
-                        "(docs/delivery.md)")
-                target = max(1, min(chunks.records_in(indexed.histogram, first, end) // 2,
-                                    chunks.chunk_target(timeout_ms, sent.count, seconds)))
+                        f"sink.kafka: {where}: the {planned} records of one bucket cannot be sent within "
+                        f"{chunks.SEND_SHARE:g} of transactionTimeoutMs ({timeout_ms} ms); raise it (docs/delivery.md)")
+                target = max(1, min(planned // 2, chunks.chunk_target(timeout_ms, sent.count, seconds)))
                 log.info("chunk out of time, sent again smaller batchId=%s partition=%d buckets=%d-%d records=%d target=%d",
                          plan.batch_id, partition, first, end, sent.count, target)
                 continue
@@ -207,6 +205,16 @@ def commit_marker(plan: Any, partition: int, producer: Any, consumer: Any, fence
         fence.check(f"{where}, before its Kafka commit")
     producer.commit_transaction(timeout)
     testhooks.reached("kafka-task-after-commit")
+
+
+def produce(producer: Any, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
+    """One record into the open transaction; a full local queue waits for deliveries to drain."""
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, headers=list(headers) if headers else None)
+            return
+        except BufferError:
+            producer.poll(0.05)
 
 
 def abort(producer: Any) -> None:

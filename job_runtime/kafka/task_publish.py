@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from job_runtime.kafka import auth as kafka_auth
 from job_runtime.kafka import chunks
 from job_runtime.kafka.marker import KafkaSinkError
-from job_runtime.kafka.task_chunks import abort, batch_rows, commit_marker, publish_in_chunks, replay_token
-from job_runtime.kafka.tasks import BUCKETS, RowDigest, TaskMarker, bucket, check_rows, task_decision, task_transactional_id
+from job_runtime.kafka.task_chunks import abort, batch_rows, commit_marker, produce, publish_in_chunks, replay_token
+from job_runtime.kafka.tasks import BUCKETS, RowDigest, TaskMarker, bucket, check_rows, record_hash, task_decision, task_transactional_id
 from streamjob_contract.jobdef import KafkaSink
 
 if TYPE_CHECKING:
@@ -182,7 +182,7 @@ def digest_partition(bounds: dict[int, int], batches: Iterator["pa.RecordBatch"]
             if upto >= BUCKETS:
                 digest.add(topic, key, value, headers)
             else:
-                hashed = RowDigest().add(topic, key, value, headers)
+                hashed = record_hash(topic, key, value, headers)
                 if bucket(hashed) < upto:
                     digest.add_hash(hashed)
     yield _result(partition, "digest", digest, started)
@@ -212,13 +212,10 @@ def _decide_and_send(plan: TaskPlan, partition: int, producer: Any, consumer: An
     fence = plan.epoch.fence() if plan.epoch is not None else None
     where = f"batch {plan.batch_id} partition {partition}"
 
-    def produce(topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
-        _produce(producer, topic, key, value, headers)
-
     if decision == "resume" or attempt > 0:  # some chunks committed, or an earlier attempt failed (out of time?)
         return "chunked", publish_in_chunks(plan=plan, partition=partition, producer=producer, consumer=consumer,
                                             batches=batches, marker=marker if decision == "resume" else None,
-                                            produce=produce, fence=fence)
+                                            fence=fence)
     if fence is not None:
         fence.check(f"{where}, before its Kafka transaction")
     timeout_ms = plan.kafka.transaction_timeout_ms
@@ -228,8 +225,8 @@ def _decide_and_send(plan: TaskPlan, partition: int, producer: Any, consumer: An
         for batch in batches:
             for topic, key, value, headers in batch_rows(batch):
                 digest.add(topic, key, value, headers)
-                _produce(producer, topic, key, value, headers)
-                if digest.count % chunks.CHECK_EVERY == 0 and chunks.out_of_time(time.monotonic() - opened, timeout_ms):
+                produce(producer, topic, key, value, headers)
+                if chunks.stop_sending(digest.count, time.monotonic() - opened, timeout_ms):
                     raise KafkaSinkError(
                         f"sink.kafka: {where}: {digest.count} records sent in {time.monotonic() - opened:.1f}s, past half of "
                         f"transactionTimeoutMs ({timeout_ms} ms): aborted; the task's retry sends the partition in chunks")
@@ -239,12 +236,3 @@ def _decide_and_send(plan: TaskPlan, partition: int, producer: Any, consumer: An
         abort(producer)
         raise
     return "published", digest
-
-
-def _produce(producer: Any, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
-    while True:
-        try:
-            producer.produce(topic, value=value, key=key, headers=list(headers) if headers else None)
-            return
-        except BufferError:  # the local queue is full: let deliveries drain
-            producer.poll(0.05)

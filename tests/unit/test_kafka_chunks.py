@@ -55,7 +55,7 @@ def test_ranges_take_whole_buckets_up_to_the_target_and_end_at_the_last_records(
 def test_the_index_covers_every_record_once_and_digests_what_a_partial_marker_published(tmp_path: Path) -> None:
     rows = records(1000)
     upto = BUCKETS // 3
-    spill = Spill(tmp_path, "t")
+    spill = Spill(tmp_path)
     for batch in arrow(rows):
         spill.write(batch)
     indexed = Indexed(spill.batches(), upto, tmp_path)
