@@ -32,3 +32,44 @@ def test_topics_are_created_through_the_admin_api_and_transactions_commit_and_ab
     producer.commit_transaction(30)
     assert [m.value() for m in consume_all(kafka_broker.bootstrap, topic)] == [b"committed"]
     assert sorted(m.value() for m in consume_all(kafka_broker.bootstrap, topic, isolation="read_uncommitted")) == [b"aborted", b"committed"]
+
+
+def test_a_pending_transactional_offset_commit_holds_a_read_committed_offset_fetch(kafka_broker) -> None:
+    """Why the task marker checks after a kill read with read_uncommitted: a producer killed between
+    `send_offsets_to_transaction` and its commit leaves the group's offset pending, and a read_committed
+    consumer's offset fetch (`require_stable`, KIP-447) waits on it until the transaction ends, which it
+    does only when the broker's timeout aborts it or a producer of the same id is initialised (what the
+    runtime does before it reads a marker). read_uncommitted returns the last committed offset at once."""
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    topic = kafka_broker.create_topic(f"pending-{uuid.uuid4().hex[:6]}", partitions=1)
+    group = f"group-{topic}"
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": f"bed-{topic}",
+                         "transaction.timeout.ms": 120000})
+    producer.init_transactions(30)
+    member = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": group})
+    for offset in (5, 9):  # the first committed, the second left pending (the kill)
+        producer.begin_transaction()
+        producer.produce(topic, b"x")
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, offset, f"marker {offset}")], member.consumer_group_metadata(), 30)
+        producer.flush(30)
+        if offset == 5:
+            producer.commit_transaction(30)
+    member.close()
+
+    def fetch(isolation: str) -> TopicPartition:
+        consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": group, "isolation.level": isolation})
+        try:
+            return consumer.committed([TopicPartition(topic, 0)], timeout=5)[0]
+        finally:
+            consumer.close()
+
+    settled = fetch("read_uncommitted")
+    assert (settled.offset, settled.metadata) == (5, "marker 5")
+    try:
+        fetch("read_committed")
+        raise AssertionError("a read_committed offset fetch returned while a transactional offset commit was pending")
+    except KafkaException as err:
+        assert err.args[0].name() == "_TIMED_OUT", err
+    producer.abort_transaction(30)
+    assert fetch("read_committed").offset == 5

@@ -32,7 +32,11 @@ TASKS_COMMITTED = PausePoint("kafka-before-commit:1", "every task of the run's f
 
 
 def task_markers(bootstrap: str, group: str, topic: str, partitions: int) -> list[tuple[int, str]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed"})
+    """The committed task markers (offset, metadata) right after a kill. read_uncommitted: another task of
+    the killed run may have been between sending its marker and committing, and a read_committed fetch
+    waits on that pending commit until the broker's transaction timeout (tests/kafka/test_kafka_broker.py);
+    the runtime itself initialises the task's producer, which aborts it, before it reads a marker."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_uncommitted"})
     try:
         found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
         return [(tp.offset, tp.metadata or "") for tp in found]
