@@ -74,6 +74,7 @@ from job_runtime.kafka.driver_rows import rows_by_partition
 from job_runtime.kafka.marker_copy import DurableMarker
 from job_runtime.kafka.marker import KafkaSinkError, Marker, batch_input_digest, publish_decision
 from job_runtime.kafka.replan import planned_batch, read_offset_log, replan_planned_batch
+from job_runtime.kafka.send import produce
 from streamjob_contract.jobdef import KafkaSink
 
 if TYPE_CHECKING:
@@ -284,8 +285,8 @@ class ExactlyOnceKafkaWriter:
             producer.begin_transaction()
             # one partition at a time, freed once sent: the driver holds at most one of a capped batch
             for row in rows_by_partition(rows):
-                headers = list(row["headers"].items()) if row["headers"] else None
-                self._produce(producer, row["topic"], row["key"], row["value"], headers)
+                headers = row["headers"].items() if row["headers"] else None
+                produce(producer, row["topic"], row["key"], row["value"], headers)
                 count += 1
             marker = [TopicPartition(self.kafka.topic, MARKER_PARTITION, batch_id + 1, Marker(batch_id, digest).metadata())]
             timeout = self.kafka.transaction_timeout_ms / 1000  # the broker aborts it then anyway
@@ -322,18 +323,6 @@ class ExactlyOnceKafkaWriter:
     def _check_fence(self, where: str) -> None:
         if self.fence is not None:
             self.fence.check(where)  # FencedError: the transaction is aborted, nothing is published
-
-    @staticmethod
-    def _produce(producer: Any, topic: str, key: str | None, value: str | None, headers: Any) -> None:
-        while True:
-            try:
-                producer.produce(
-                    topic, value=value.encode() if value is not None else None,
-                    key=key.encode() if key is not None else None, headers=headers,
-                )
-                return
-            except BufferError:  # the local queue is full: let deliveries drain
-                producer.poll(0.1)
 
     def _abort(self) -> None:
         try:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from job_runtime import testhooks
 from job_runtime.kafka import chunks
 from job_runtime.kafka.marker import KafkaSinkError
+from job_runtime.kafka.send import produce
 from job_runtime.kafka.tasks import BUCKETS, RowDigest, TaskMarker, bucket, check_rows
 
 if TYPE_CHECKING:
@@ -205,16 +206,6 @@ def commit_marker(plan: Any, partition: int, producer: Any, consumer: Any, fence
         fence.check(f"{where}, before its Kafka commit")
     producer.commit_transaction(timeout)
     testhooks.reached("kafka-task-after-commit")
-
-
-def produce(producer: Any, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
-    """One record into the open transaction; a full local queue waits for deliveries to drain."""
-    while True:
-        try:
-            producer.produce(topic, value=value, key=key, headers=list(headers) if headers else None)
-            return
-        except BufferError:
-            producer.poll(0.05)
 
 
 def abort(producer: Any) -> None:

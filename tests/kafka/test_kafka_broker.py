@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from kafka_io import consume_all
 
 
@@ -66,10 +67,8 @@ def test_a_pending_transactional_offset_commit_holds_a_read_committed_offset_fet
 
     settled = fetch("read_uncommitted")
     assert (settled.offset, settled.metadata) == (5, "marker 5")
-    try:
+    with pytest.raises(KafkaException) as held:  # a read_committed fetch while the commit is pending
         fetch("read_committed")
-        raise AssertionError("a read_committed offset fetch returned while a transactional offset commit was pending")
-    except KafkaException as err:
-        assert err.args[0].name() == "_TIMED_OUT", err
+    assert held.value.args[0].name() == "_TIMED_OUT", held.value
     producer.abort_transaction(30)
     assert fetch("read_committed").offset == 5
