@@ -74,7 +74,7 @@ from job_runtime.kafka.driver_rows import rows_by_partition
 from job_runtime.kafka.marker_copy import DurableMarker
 from job_runtime.kafka.marker import KafkaSinkError, Marker, batch_input_digest, publish_decision
 from job_runtime.kafka.replan import planned_batch, read_offset_log, replan_planned_batch
-from job_runtime.kafka.send import produce
+from job_runtime.kafka.send import init_transactions, produce
 from streamjob_contract.jobdef import KafkaSink
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class ExactlyOnceKafkaWriter:
         })
         try:
             # fences an earlier driver of this job and aborts its open transaction
-            producer.init_transactions(max(timeout, 30.0))
+            init_transactions(producer, self.kafka.topic, max(timeout, 30.0))
         except KafkaException as err:
             raise KafkaSinkError(f"sink.kafka ({self._where()}): cannot start transactions: {err.args[0]}") from None
         self._producer = producer

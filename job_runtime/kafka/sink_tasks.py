@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from job_runtime import testhooks
 from job_runtime.kafka.marker import KafkaSinkError, Marker
+from job_runtime.kafka.send import init_transactions
 from job_runtime.kafka.sink import ExactlyOnceKafkaWriter, SinkIdentity, records
 from job_runtime.kafka.task_publish import RESULT_SCHEMA, TaskPlan, digest_partition, publish_partition
 from job_runtime.kafka.tasks import RowDigest, TaskMarker, check_rows, marker_topic, published_until, stray_partitions, task_decision, task_transactional_id
@@ -78,7 +79,7 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
         producer = Producer({**self._client_conf(), "transactional.id": tid,
                              "transaction.timeout.ms": self.kafka.transaction_timeout_ms})
         try:
-            producer.init_transactions(max(self.kafka.transaction_timeout_ms / 1000, 30.0))
+            init_transactions(producer, self.kafka.topic, max(self.kafka.transaction_timeout_ms / 1000, 30.0))
         except KafkaException as err:
             raise KafkaSinkError(f"sink.kafka ({self._where()}): cannot fence task {partition} ({tid}): {err.args[0]}") from None
         finally:

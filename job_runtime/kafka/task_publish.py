@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from job_runtime.kafka import auth as kafka_auth
 from job_runtime.kafka import chunks
 from job_runtime.kafka.marker import KafkaSinkError
-from job_runtime.kafka.send import produce
+from job_runtime.kafka.send import init_transactions, produce
 from job_runtime.kafka.task_chunks import abort, batch_rows, commit_marker, publish_in_chunks, replay_token
 from job_runtime.kafka.tasks import BUCKETS, RowDigest, TaskMarker, bucket, check_rows, record_hash, task_decision, task_transactional_id
 from streamjob_contract.jobdef import KafkaSink
@@ -96,7 +96,7 @@ def _producer(plan: TaskPlan, tid: str) -> Any:
         **_client_conf(plan.kafka), "transactional.id": tid, "transaction.timeout.ms": plan.kafka.transaction_timeout_ms,
         **PRODUCER_SETTINGS,
     })
-    producer.init_transactions(max(plan.kafka.transaction_timeout_ms / 1000, 30.0))
+    init_transactions(producer, plan.kafka.topic, max(plan.kafka.transaction_timeout_ms / 1000, 30.0))
     return producer
 
 
