@@ -13,8 +13,9 @@ driver memory, `Trigger.AvailableNow`; once with `delivery: exactlyOnce` and
 once with `delivery: atLeastOnce` (Spark's own Kafka writer), alternating which
 goes first, each to a fresh topic and checkpoint. Per run: the exit code, the
 query time (the runtime's "started query" to "finished query" log lines, as
-kafka_bench), the batches planned, the peak RSS of the driver's process group
-(the runtime's Python process and its JVM, sampled every 0.2 s from /proc),
+kafka_bench), the batches planned, the peak memory of the driver's process tree
+(the runtime's Python process, its JVM and the tasks' Python workers,
+sampled every 0.2 s from /proc: tree_memory),
 and what a read_committed consumer sees (missing and duplicated records).
 Writes docs/benchmarks/kafka-backlog.md.
 """
@@ -45,21 +46,47 @@ REPORT = REPO / "docs" / "benchmarks" / "kafka-backlog.md"
 # (label, delivery, producers): the exactly-once sink with the driver producing (the default), with the
 # executors producing (sink.kafka.producers: executors), and Spark's own at-least-once writer
 MODES = (("exactlyOnce", "exactlyOnce", None), ("exactlyOnce/executors", "exactlyOnce", "executors"), ("atLeastOnce", "atLeastOnce", None))
+
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def group_rss(pgid: int) -> int:
-    """Resident bytes of every process in process group `pgid`, now."""
-    total = 0
+def process_tree(root: int) -> dict[int, int]:
+    """Process `root` and every process below it, each with its depth under `root` (0 for `root`).
+
+    The tree, not the process group: pyspark's daemon puts itself and the tasks' Python workers
+    in a process group of their own, so a process-group sum leaves them out (it did before
+    2026-11-28)."""
+    parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                parents[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])  # the field after state
+            except (OSError, ValueError, IndexError):
+                continue  # ended meanwhile
+    tree, frontier, depth = {root: 0}, {root}, 0
+    while frontier:
+        depth += 1
+        frontier = {pid for pid, parent in parents.items() if parent in frontier and pid not in tree}
+        tree.update(dict.fromkeys(frontier, depth))
+    return tree
+
+
+def tree_memory(tree: dict[int, int]) -> int:
+    """Bytes resident in the processes of `tree` (process_tree), now: RSS for the runtime's Python process
+    and its JVM (depth 0 and 1), PSS below them (pyspark's daemon and the Python workers it forks share
+    pages, which a sum of RSS counts once per worker). PSS is read only where it is needed: reading it
+    walks a process's page tables, which for the JVM costs more CPU than the run can spare on 2 cores."""
+    total = 0
+    for pid, depth in tree.items():
         try:
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[2]) == pgid:  # the field after state and ppid
-                total += int((entry / "statm").read_text().split()[1]) * PAGE
-        except (OSError, ValueError, IndexError):
+            if depth <= 1:
+                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+            else:
+                total += next(int(line.split()[1]) * 1024 for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+                              if line.startswith("Pss:"))
+        except (OSError, StopIteration, ValueError, IndexError):
             continue  # ended meanwhile
     return total
 
@@ -69,19 +96,19 @@ class Run:
     delivery: str
     code: int
     seconds: float
-    peak_rss: int
+    peak_memory: int
     batches: int
     missing: int
     duplicated: int
 
     @property
-    def peak_rss_gb(self) -> float:
-        return self.peak_rss / 1e9
+    def peak_memory_gb(self) -> float:
+        return self.peak_memory / 1e9
 
 
 def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str, label: str,
              producers: str | None = None) -> tuple[int, float, int, int]:
-    """(exit code, query seconds, peak RSS bytes, batches) of one runtime run to the end of the backlog."""
+    """(exit code, query seconds, peak memory in bytes (tree_memory), batches) of one runtime run to the end of the backlog."""
     job = passthrough_job(work / f"{label}.json", bootstrap, source, target, delivery, starting="earliest", producers=producers)
     checkpoint = work / f"ckpt-{label}"
     log_path = work / f"{label}.log"
@@ -94,8 +121,11 @@ def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str
 
     def sample() -> None:
         nonlocal peak
+        tree, found = {proc.pid: 0}, 0.0
         while not done.is_set():
-            peak = max(peak, group_rss(proc.pid))
+            if time.monotonic() - found > 1.0:  # the workers come and go; scanning /proc each sample costs too much CPU
+                tree, found = process_tree(proc.pid), time.monotonic()
+            peak = max(peak, tree_memory(tree))
             time.sleep(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -168,7 +198,7 @@ def write_report(args: argparse.Namespace, runs: list[Run]) -> None:
 
     eo, ex, alo = of("exactlyOnce"), of("exactlyOnce/executors"), of("atLeastOnce")
     eo_s, ex_s, alo_s = (median([r.seconds for r in rs]) for rs in (eo, ex, alo))
-    eo_rss, ex_rss, alo_rss = (median([r.peak_rss for r in rs]) for rs in (eo, ex, alo))
+    eo_mem, ex_mem, alo_mem = (median([r.peak_memory for r in rs]) for rs in (eo, ex, alo))
     command = f"python benchmarks/kafka_backlog.py --records {args.records} --partitions {args.partitions} --repeat {args.repeat}"
 
     def cells(rs: list[Run], f: str) -> str:
@@ -190,9 +220,11 @@ same run, the order alternating between repeats, each to a fresh topic and check
 - `atLeastOnce`: Spark's own Kafka writer, produced by the tasks, no transaction.
 
 Query time is the runtime's "started query" to "finished query" (JVM start-up excluded); peak
-RSS is the driver's process group (the runtime's Python process and its JVM, which in `local[2]`
-also runs the tasks, and the tasks' Python workers), sampled every 0.2 s. The output is read back
-with `isolation.level=read_committed` and every key counted.
+memory is the driver's process tree: the RSS of the runtime's Python process and its JVM (which in
+`local[2]` also runs the tasks) and the PSS of the tasks' Python workers (pyspark's daemon puts them
+in a process group of their own; PSS so that the pages they share with the daemon count once),
+sampled every 0.2 s. The output is read back with `isolation.level=read_committed` and every key
+counted.
 
 | | exactlyOnce (driver) | exactlyOnce/executors | atLeastOnce (Spark's writer) |
 | --- | --- | --- | --- |
@@ -201,10 +233,10 @@ with `isolation.level=read_committed` and every key counted.
 | all runs (s) | {cells(eo, "{r.seconds:.1f}")} | {cells(ex, "{r.seconds:.1f}")} | {cells(alo, "{r.seconds:.1f}")} |
 | throughput (records/s) | {args.records / eo_s:,.0f} | {args.records / ex_s:,.0f} | {args.records / alo_s:,.0f} |
 | batches planned | {cells(eo, "{r.batches}")} | {cells(ex, "{r.batches}")} | {cells(alo, "{r.batches}")} |
-| driver peak RSS (GB) | {cells(eo, "{r.peak_rss_gb:.2f}")} | {cells(ex, "{r.peak_rss_gb:.2f}")} | {cells(alo, "{r.peak_rss_gb:.2f}")} |
+| driver peak memory (GB) | {cells(eo, "{r.peak_memory_gb:.2f}")} | {cells(ex, "{r.peak_memory_gb:.2f}")} | {cells(alo, "{r.peak_memory_gb:.2f}")} |
 | missing / duplicated (read_committed) | {cells(eo, "{r.missing} / {r.duplicated}")} | {cells(ex, "{r.missing} / {r.duplicated}")} | {cells(alo, "{r.missing} / {r.duplicated}")} |
 | **throughput ratio to atLeastOnce** | **{alo_s / eo_s:.2f}** | **{alo_s / ex_s:.2f}** | |
-| **peak RSS ratio to atLeastOnce** | **{eo_rss / alo_rss:.2f}** | **{ex_rss / alo_rss:.2f}** | |
+| **peak memory ratio to atLeastOnce** | **{eo_mem / alo_mem:.2f}** | **{ex_mem / alo_mem:.2f}** | |
 
 {machine()}
 
