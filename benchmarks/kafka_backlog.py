@@ -46,8 +46,6 @@ REPORT = REPO / "docs" / "benchmarks" / "kafka-backlog.md"
 # (label, delivery, producers): the exactly-once sink with the driver producing (the default), with the
 # executors producing (sink.kafka.producers: executors), and Spark's own at-least-once writer
 MODES = (("exactlyOnce", "exactlyOnce", None), ("exactlyOnce/executors", "exactlyOnce", "executors"), ("atLeastOnce", "atLeastOnce", None))
-
-
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 

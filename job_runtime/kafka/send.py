@@ -10,8 +10,8 @@ address then), and librdkafka tries again only on its coordinator timer, 500 ms 
 task makes a producer, so this was half a second on about half the tasks of every batch
 (`debug: eos` shows "Unable to query for transaction coordinator: ... No brokers available").
 Two metadata requests for the sink's topic first (the second is served by a broker known by
-its id, so one is up) cost a few milliseconds: 0 of 60 inits slow against 28 of 60 without
-(docs/delivery.md, Measured).
+its id, so one is up) cost a few milliseconds: 0 of 120 inits waited on the timer against 59 of
+120 without (benchmarks/kafka_producer_init.py, docs/benchmarks/kafka-producer-init.md).
 
 `produce`: the producer's local queue is bounded (`queue.buffering.max.messages` /
 `.kbytes`); when it is full, `produce` waits for deliveries to drain instead of failing, so
