@@ -16,7 +16,7 @@ runs it to the end once per stage, each stage adding one step of the task's path
 - `arrow+headers`: the same with a `headers` column of null maps, as the sink's tasks got it
   before, whatever `headersColumn` said (beside the path: the sink sends it only with one);
 - `rows`: each batch made Python objects (`to_pydict`) and walked record by record
-  (job_runtime.kafka.task_publish._rows);
+  (job_runtime.kafka.task_chunks.batch_rows);
 - `digest`: + the order-independent record digest: the sink's own check task
   (job_runtime.kafka.task_publish.digest_partition);
 - `produce`: + librdkafka `produce` of every record, idempotent, no transaction, flushed;
@@ -65,13 +65,10 @@ def _count(batches: Iterator[Any]) -> Iterator[Any]:
 
 
 def _walk(batches: Iterator[Any], each: Callable[[tuple[Any, ...]], None] | None = None) -> int:
-    from job_runtime.kafka.task_publish import _rows
+    from job_runtime.kafka.task_chunks import batch_rows
 
-    first = next((b for b in batches if b.num_rows), None)
     n = 0
-    if first is None:
-        return 0
-    for row in _rows(batches, first):
+    for row in (row for batch in batches for row in batch_rows(batch)):
         if each is not None:
             each(row)
         n += 1
@@ -99,11 +96,11 @@ def _producer(bootstrap: str, transactional_id: str | None) -> Any:
     return Producer(conf)
 
 
-def _produce_body(bootstrap: str, transactional: bool, run_id: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
+def _produce_body(bootstrap: str, topic: str, transactional: bool, run_id: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
     def body(batches: Iterator[Any]) -> Iterator[Any]:
         from pyspark import TaskContext
 
-        from job_runtime.kafka.task_publish import _produce
+        from job_runtime.kafka.send import init_transactions, produce
         from job_runtime.kafka.tasks import RowDigest
 
         context = TaskContext.get()
@@ -113,10 +110,10 @@ def _produce_body(bootstrap: str, transactional: bool, run_id: str) -> Callable[
 
         def send(row: tuple[Any, ...]) -> None:
             digest.add(*row)
-            _produce(producer, *row)
+            produce(producer, *row)
 
         if transactional:
-            producer.init_transactions(60)
+            init_transactions(producer, topic, 60)
             producer.begin_transaction()
         n = _walk(batches, send)
         if transactional:
@@ -142,7 +139,7 @@ def run_stage(spark: Any, stage: str, bootstrap: str, source: str, target: str, 
                   *([F.lit(None).cast("map<string,string>").alias("headers")] if headers else [])))
     bodies: dict[str, Callable[[Iterator[Any]], Iterator[Any]]] = {
         "arrow": _count, "arrow+headers": _count, "rows": _rows_only, "digest": digest_partition,
-        "produce": _produce_body(bootstrap, False, run_id), "transaction": _produce_body(bootstrap, True, run_id),
+        "produce": _produce_body(bootstrap, target, False, run_id), "transaction": _produce_body(bootstrap, target, True, run_id),
     }
     busy0, total0 = cpu_ticks()
     began = time.monotonic()

@@ -17,9 +17,19 @@ pyproject.toml says so). boto3 is imported, lazily, by the storage readers (``s3
   health and metrics endpoints (one implementation of the bounds both promise).
 """
 
-from importlib.metadata import PackageNotFoundError, version
 
-try:
-    __version__ = version("streamjob")  # the one place it is set: pyproject.toml [project] version
-except PackageNotFoundError:  # imported from a source tree that is not installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    """`__version__`, read from the installed package's metadata when first asked for: the lookup (importlib.metadata
+    scanning the installed distributions) is not paid by every process that imports a contract module, such as
+    each Python worker of a job's executors."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("streamjob")  # the one place it is set: pyproject.toml [project] version
+    except PackageNotFoundError:  # imported from a source tree that is not installed
+        found = "0+unknown"
+    globals()["__version__"] = found
+    return found

@@ -16,7 +16,9 @@ from typing import Annotated, Any
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
+from streamjob_contract.kafka_names import KAFKA_CA_MOUNT, ca_file
 from streamjob_contract.model import Model, cel, format_validation_error
+
 
 NAME_PATTERN = r"^[a-z_][a-z0-9_]{0,62}$"
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
@@ -104,12 +106,9 @@ class CaSecretRef(Model):
                      description="Key in the Secret that holds the PEM certificate(s).")
 
 
-KAFKA_CA_MOUNT = "/etc/streamjob/kafka-ca"  # where the driver and executors find each caSecretRef: <mount>/<name>/<key>
-
-
 def kafka_ca_file(ref: CaSecretRef) -> str:
     """The path of a caSecretRef's PEM file in the driver and executor pods (the operator mounts the Secret there)."""
-    return f"{KAFKA_CA_MOUNT}/{ref.name}/{ref.key}"
+    return ca_file(ref.name, ref.key)
 
 
 class KafkaSasl(Model):
@@ -153,13 +152,6 @@ class KafkaSasl(Model):
 
 # Spark reader options that would carry credentials inline: refused, use `sasl`.
 INLINE_CREDENTIAL_OPTIONS = ("kafka.sasl.jaas.config",)
-
-
-def sasl_env(role: str) -> tuple[str, str]:
-    """The driver's environment variables (user name, password) for one Kafka client:
-    `role` is "sink" or "source.<name>" (source names are SQL identifiers)."""
-    stem = "STREAMJOB_KAFKA_" + role.replace(".", "_").upper()
-    return f"{stem}_USERNAME", f"{stem}_PASSWORD"
 
 
 class OutputMode(str, Enum):

@@ -2,7 +2,7 @@
 
 The operator puts each Kafka client's user name and password into the driver's
 environment from the Secret the spec names (valueFrom.secretKeyRef, variables
-named by streamjob_contract.jobdef.sasl_env); this module turns them into the
+named by streamjob_contract.kafka_names.sasl_env); this module turns them into the
 settings of the two kinds of client, in memory only:
 
 - librdkafka (confluent-kafka: the exactly-once sink's producer and marker
@@ -13,7 +13,10 @@ settings of the two kinds of client, in memory only:
   with a caSecretRef a PEM trust store (`kafka.ssl.truststore.*`).
 
 A caSecretRef's file is where the operator mounts the Secret in the driver and
-the executors (streamjob_contract.jobdef.kafka_ca_file).
+the executors (streamjob_contract.kafka_names.ca_file).
+
+The settings come as the spec's `KafkaSasl` on the driver, or as a `SaslClient` (the same
+settings, plain: what the executors' tasks get, so their Python workers import no pydantic).
 
 Nothing here logs a setting. `check` connects once before the query starts, so
 wrong credentials fail the run with a message naming the brokers, the user and
@@ -25,17 +28,37 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from streamjob_contract.jobdef import KafkaSasl, SaslMechanism, kafka_ca_file, sasl_env
+from streamjob_contract.kafka_names import ca_file, sasl_env
+
+if TYPE_CHECKING:
+    from streamjob_contract.jobdef import KafkaSasl
 
 CHECK_TIMEOUT = 30.0  # seconds for the preflight metadata request
 
-_LOGIN_MODULES = {
-    SaslMechanism.plain: "org.apache.kafka.common.security.plain.PlainLoginModule",
-    SaslMechanism.scram_sha_256: "org.apache.kafka.common.security.scram.ScramLoginModule",
-    SaslMechanism.scram_sha_512: "org.apache.kafka.common.security.scram.ScramLoginModule",
+_LOGIN_MODULES = {  # by SASL mechanism (streamjob_contract.jobdef.SaslMechanism's values)
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
+
+
+@dataclass(frozen=True)
+class SaslClient:
+    """A `sasl` block's settings without credentials (those come from the environment), as plain values."""
+
+    mechanism: str
+    security_protocol: str
+    ca_file: str | None = None
+
+    @classmethod
+    def of(cls, sasl: "KafkaSasl | SaslClient") -> "SaslClient":
+        if isinstance(sasl, SaslClient):
+            return sasl
+        ref = sasl.ca_secret_ref
+        return cls(sasl.mechanism.value, sasl.security_protocol.value, ca_file(ref.name, ref.key) if ref is not None else None)
 
 
 class KafkaAuthError(RuntimeError):
@@ -52,19 +75,20 @@ def credentials(role: str, where: str, environ: Mapping[str, str] | None = None)
     return env[user_var], env[password_var]
 
 
-def client_conf(sasl: KafkaSasl | None, role: str, where: str) -> dict[str, Any]:
+def client_conf(sasl: "KafkaSasl | SaslClient | None", role: str, where: str) -> dict[str, Any]:
     """librdkafka settings for SASL (empty without `sasl`)."""
     if sasl is None:
         return {}
+    plain = SaslClient.of(sasl)
     user, password = credentials(role, where)
     conf = {
-        "security.protocol": sasl.security_protocol.value,
-        "sasl.mechanism": sasl.mechanism.value,
+        "security.protocol": plain.security_protocol,
+        "sasl.mechanism": plain.mechanism,
         "sasl.username": user,
         "sasl.password": password,
     }
-    if sasl.ca_secret_ref is not None:
-        conf["ssl.ca.location"] = kafka_ca_file(sasl.ca_secret_ref)
+    if plain.ca_file is not None:
+        conf["ssl.ca.location"] = plain.ca_file
     return conf
 
 
@@ -72,24 +96,25 @@ def _jaas_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def spark_options(sasl: KafkaSasl | None, role: str, where: str) -> dict[str, str]:
+def spark_options(sasl: "KafkaSasl | SaslClient | None", role: str, where: str) -> dict[str, str]:
     """Spark Kafka connector options for SASL (empty without `sasl`)."""
     if sasl is None:
         return {}
+    plain = SaslClient.of(sasl)
     user, password = credentials(role, where)
-    jaas = f"{_LOGIN_MODULES[sasl.mechanism]} required username={_jaas_quote(user)} password={_jaas_quote(password)};"
+    jaas = f"{_LOGIN_MODULES[plain.mechanism]} required username={_jaas_quote(user)} password={_jaas_quote(password)};"
     options = {
-        "kafka.security.protocol": sasl.security_protocol.value,
-        "kafka.sasl.mechanism": sasl.mechanism.value,
+        "kafka.security.protocol": plain.security_protocol,
+        "kafka.sasl.mechanism": plain.mechanism,
         "kafka.sasl.jaas.config": jaas,
     }
-    if sasl.ca_secret_ref is not None:  # the Java client reads a PEM trust store (KIP-651)
+    if plain.ca_file is not None:  # the Java client reads a PEM trust store (KIP-651)
         options["kafka.ssl.truststore.type"] = "PEM"
-        options["kafka.ssl.truststore.location"] = kafka_ca_file(sasl.ca_secret_ref)
+        options["kafka.ssl.truststore.location"] = plain.ca_file
     return options
 
 
-def check(bootstrap: str, sasl: KafkaSasl | None, role: str, where: str, timeout: float = CHECK_TIMEOUT) -> None:
+def check(bootstrap: str, sasl: "KafkaSasl | None", role: str, where: str, timeout: float = CHECK_TIMEOUT) -> None:
     """Authenticates once to `bootstrap` (a metadata request); raises KafkaAuthError naming the brokers
     when the credentials are refused. A broker that is down is not this check's business: the query's
     own errors report it."""

@@ -34,7 +34,7 @@ from job_runtime import testhooks
 from job_runtime.kafka.marker import KafkaSinkError, Marker
 from job_runtime.kafka.send import init_transactions
 from job_runtime.kafka.sink import ExactlyOnceKafkaWriter, SinkIdentity, records
-from job_runtime.kafka.task_publish import RESULT_SCHEMA, TaskPlan, digest_partition, publish_partition
+from job_runtime.kafka.task_publish import RESULT_SCHEMA, TaskPlan, TaskSink, digest_partition, publish_partition
 from job_runtime.kafka.tasks import RowDigest, TaskMarker, check_rows, marker_topic, published_until, stray_partitions, task_decision, task_transactional_id
 from streamjob_contract.jobdef import KafkaSink
 
@@ -158,7 +158,7 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
         self.ensure_marker_partitions(max(tasks, 1))
         markers = self.task_markers()
         published = self._precheck(markers, tasks, batch_id, digest)  # partition -> `upto` of its marker
-        plan = TaskPlan(self.kafka, self.transactional_id, self.group, self.marker_topic, batch_id, digest,
+        plan = TaskPlan(TaskSink.of(self.kafka), self.transactional_id, self.group, self.marker_topic, batch_id, digest,
                         self._replay_until, self._replay, self._epoch)
         started = time.monotonic()
         if published:

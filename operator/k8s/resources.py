@@ -17,9 +17,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from streamjob_contract.jobdef import (
-    KAFKA_CA_MOUNT, JobDefinition, KafkaProducers, declared_sink, dump_job_definition, kafka_ca_secrets, sasl_clients, sasl_env,
-)
+from streamjob_contract.jobdef import JobDefinition, KafkaProducers, declared_sink, dump_job_definition, kafka_ca_secrets, sasl_clients
+from streamjob_contract.kafka_names import KAFKA_CA_MOUNT, sasl_env
 from streamjob_operator.api.spec import API_GROUP, API_VERSION, KIND, StreamJobSpec
 from streamjob_operator.k8s import pods
 from streamjob_operator.reconcile import names

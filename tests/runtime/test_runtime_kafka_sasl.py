@@ -18,7 +18,7 @@ from runtime_harness import RuntimeProcess, run_args, runtime_env
 from runtime_kafka import EVENTS, committed_windows, consume_all, kafka_job, load_events_module, reference_windows, topics
 
 from streamjob_contract.exitcodes import ExitCode
-from streamjob_contract.jobdef import sasl_env
+from streamjob_contract.kafka_names import sasl_env
 
 SASL = {"mechanism": "PLAIN", "securityProtocol": "SASL_PLAINTEXT", "secretRef": {"name": "kafka-credentials"}}
 
@@ -99,4 +99,21 @@ def test_an_at_least_once_sink_writes_with_sasl_credentials_and_headers(kafka_br
     headers = [sorted(m.headers() or []) for m in messages]
     want = [sorted([("producer", b"streamjob"), ("user", m.key())]) for m in messages]
     assert headers == want, headers[:3]
+    assert files_containing(tmp_path, password) == [], f"the password was written to {files_containing(tmp_path, password)}"
+
+
+def test_executors_producing_authenticate_with_the_credentials_of_their_environment(kafka_broker, processes, tmp_path: Path) -> None:
+    """The tasks get the sink's SASL settings as plain values (job_runtime.kafka.task_publish.TaskSink) and
+    their credentials from the executor's environment, never from the plan."""
+    (user, password), = kafka_broker.sasl_users.items()
+    events, target, path = sasl_setup(kafka_broker, tmp_path)
+    job = json.loads(path.read_text())
+    job["pipeline"]["sink"]["kafka"]["producers"] = "executors"
+    path.write_text(json.dumps(job))
+
+    run = start_with(processes, tmp_path, path, user, password, "executors")
+    assert run.wait(400) == 0, run.log_tail()
+    assert "committed batch" in run.log_text() and "tasks=" in run.log_text(), run.log_tail()
+    expected = reference_windows(events)
+    assert committed_windows(kafka_broker.bootstrap, target, sum(expected.values())) == expected
     assert files_containing(tmp_path, password) == [], f"the password was written to {files_containing(tmp_path, password)}"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from job_runtime.kafka import auth as kafka_auth
-from streamjob_contract.jobdef import JobDefinitionError, KafkaSasl, parse_job_definition, sasl_env
+from streamjob_contract.jobdef import JobDefinitionError, KafkaSasl, parse_job_definition
+from streamjob_contract.kafka_names import sasl_env
 
 SCRAM = KafkaSasl.model_validate({"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "creds"}})
 
@@ -38,6 +39,16 @@ def test_a_brokers_ca_reaches_both_clients_as_the_file_the_operator_mounts(monke
     # without one, the image's trust store: nothing set
     assert "ssl.ca.location" not in kafka_auth.client_conf(SCRAM, "sink", "sink.kafka")
     assert not [k for k in kafka_auth.spark_options(SCRAM, "sink", "sink.kafka") if "truststore" in k]
+
+
+def test_the_tasks_plain_settings_give_the_clients_the_same_settings(monkeypatch) -> None:
+    for var in sasl_env("sink"):
+        monkeypatch.setenv(var, "x")
+    for sasl in (SCRAM, KafkaSasl.model_validate({"mechanism": "PLAIN", "secretRef": {"name": "creds"},
+                                                  "caSecretRef": {"name": "ca", "key": "c.pem"}})):
+        plain = kafka_auth.SaslClient.of(sasl)
+        assert kafka_auth.client_conf(plain, "sink", "sink.kafka") == kafka_auth.client_conf(sasl, "sink", "sink.kafka")
+        assert kafka_auth.spark_options(plain, "sink", "sink.kafka") == kafka_auth.spark_options(sasl, "sink", "sink.kafka")
 
 
 def test_a_brokers_ca_without_tls_is_refused() -> None:
