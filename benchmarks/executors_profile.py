@@ -32,6 +32,7 @@ cores, one well below waits on something. Writes docs/benchmarks/kafka-executors
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import tempfile
@@ -138,7 +139,7 @@ def run_stage(spark: Any, stage: str, bootstrap: str, source: str, target: str, 
                   F.col("value").cast("string").cast("binary").alias("value"),
                   *([F.lit(None).cast("map<string,string>").alias("headers")] if headers else [])))
     bodies: dict[str, Callable[[Iterator[Any]], Iterator[Any]]] = {
-        "arrow": _count, "arrow+headers": _count, "rows": _rows_only, "digest": digest_partition,
+        "arrow": _count, "arrow+headers": _count, "rows": _rows_only, "digest": functools.partial(digest_partition, {}),
         "produce": _produce_body(bootstrap, target, False, run_id), "transaction": _produce_body(bootstrap, target, True, run_id),
     }
     busy0, total0 = cpu_ticks()
