@@ -71,22 +71,23 @@ def process_tree(root: int) -> dict[int, int]:
     return tree
 
 
-def tree_memory(tree: dict[int, int]) -> int:
-    """Bytes resident in the processes of `tree` (process_tree), now: RSS for the runtime's Python process
-    and its JVM (depth 0 and 1), PSS below them (pyspark's daemon and the Python workers it forks share
-    pages, which a sum of RSS counts once per worker). PSS is read only where it is needed: reading it
-    walks a process's page tables, which for the JVM costs more CPU than the run can spare on 2 cores."""
-    total = 0
+def tree_memory(tree: dict[int, int]) -> tuple[int, int, int]:
+    """Bytes resident in the processes of `tree` (process_tree), now, in three parts: the runtime's Python
+    process (depth 0, RSS), its JVM (depth 1, RSS) and below them pyspark's daemon and the Python workers it
+    forks (PSS: they share pages, which a sum of RSS counts once per worker). PSS is read only where it is
+    needed: reading it walks a process's page tables, which for the JVM costs more CPU than the run can
+    spare on 2 cores."""
+    parts = [0, 0, 0]
     for pid, depth in tree.items():
         try:
             if depth <= 1:
-                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+                parts[depth] += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
             else:
-                total += next(int(line.split()[1]) * 1024 for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
-                              if line.startswith("Pss:"))
+                parts[2] += next(int(line.split()[1]) * 1024 for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+                                 if line.startswith("Pss:"))
         except (OSError, StopIteration, ValueError, IndexError):
             continue  # ended meanwhile
-    return total
+    return parts[0], parts[1], parts[2]
 
 
 @dataclass
@@ -95,6 +96,7 @@ class Run:
     code: int
     seconds: float
     peak_memory: int
+    peak_parts: tuple[int, int, int]  # at the peak: runtime Python, JVM, Python workers (tree_memory)
     batches: int
     missing: int
     duplicated: int
@@ -103,10 +105,15 @@ class Run:
     def peak_memory_gb(self) -> float:
         return self.peak_memory / 1e9
 
+    @property
+    def peak_parts_gb(self) -> str:
+        return " / ".join(f"{part / 1e9:.2f}" for part in self.peak_parts)
+
 
 def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str, label: str,
-             producers: str | None = None) -> tuple[int, float, int, int]:
-    """(exit code, query seconds, peak memory in bytes (tree_memory), batches) of one runtime run to the end of the backlog."""
+             producers: str | None = None) -> tuple[int, float, tuple[int, int, int], int]:
+    """(exit code, query seconds, memory at the peak in bytes (tree_memory's parts), batches) of one runtime run
+    to the end of the backlog."""
     job = passthrough_job(work / f"{label}.json", bootstrap, source, target, delivery, starting="earliest", producers=producers)
     checkpoint = work / f"ckpt-{label}"
     log_path = work / f"{label}.log"
@@ -114,7 +121,7 @@ def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str
     with log_path.open("wb") as log:
         proc = subprocess.Popen(runtime_command(work, job, checkpoint, name=label.lower()), cwd=work, env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    peak = 0
+    peak = (0, 0, 0)
     done = threading.Event()
 
     def sample() -> None:
@@ -123,7 +130,7 @@ def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str
         while not done.is_set():
             if time.monotonic() - found > 1.0:  # the workers come and go; scanning /proc each sample costs too much CPU
                 tree, found = process_tree(proc.pid), time.monotonic()
-            peak = max(peak, tree_memory(tree))
+            peak = max(peak, tree_memory(tree), key=sum)
             time.sleep(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -176,7 +183,7 @@ def main() -> None:
                     target = broker.create_topic(f"copy-{label.lower()}", partitions=args.partitions)
                     code, seconds, peak, batches = run_once(work, broker.bootstrap, source, target, delivery, label, producers)
                     missing, duplicated, _ = count_backlog(broker.bootstrap, target, args.records, timeout=900)
-                    runs.append(Run(mode, code, seconds, peak, batches, missing, duplicated))
+                    runs.append(Run(mode, code, seconds, sum(peak), peak, batches, missing, duplicated))
                     if args.keep_logs is not None:
                         args.keep_logs.mkdir(parents=True, exist_ok=True)
                         shutil.copy(work / f"{label}.log", args.keep_logs / f"{label}.log")
@@ -232,6 +239,7 @@ counted.
 | throughput (records/s) | {args.records / eo_s:,.0f} | {args.records / ex_s:,.0f} | {args.records / alo_s:,.0f} |
 | batches planned | {cells(eo, "{r.batches}")} | {cells(ex, "{r.batches}")} | {cells(alo, "{r.batches}")} |
 | driver peak memory (GB) | {cells(eo, "{r.peak_memory_gb:.2f}")} | {cells(ex, "{r.peak_memory_gb:.2f}")} | {cells(alo, "{r.peak_memory_gb:.2f}")} |
+| at the peak: runtime Python / JVM / Python workers (GB) | {cells(eo, "{r.peak_parts_gb}")} | {cells(ex, "{r.peak_parts_gb}")} | {cells(alo, "{r.peak_parts_gb}")} |
 | missing / duplicated (read_committed) | {cells(eo, "{r.missing} / {r.duplicated}")} | {cells(ex, "{r.missing} / {r.duplicated}")} | {cells(alo, "{r.missing} / {r.duplicated}")} |
 | **throughput ratio to atLeastOnce** | **{alo_s / eo_s:.2f}** | **{alo_s / ex_s:.2f}** | |
 | **peak memory ratio to atLeastOnce** | **{eo_mem / alo_mem:.2f}** | **{ex_mem / alo_mem:.2f}** | |

@@ -25,17 +25,12 @@ from job_runtime.kafka.tasks import BUCKETS
 
 SEND_SHARE = 0.5  # of transactionTimeoutMs: a transaction still sending past this is aborted (the rest is for its commit)
 CHUNK_SHARE = 0.25  # of transactionTimeoutMs: what a chunk is planned to take at the rate measured
-CHECK_EVERY = 512  # records between two looks at the clock while sending
+CHECK_EVERY = 512  # records between two looks at the clock (out_of_time) while sending
 
 
 def out_of_time(open_seconds: float, transaction_timeout_ms: int) -> bool:
     """A transaction open this long must not go on sending: abort it, send again in chunks."""
     return open_seconds > transaction_timeout_ms / 1000 * SEND_SHARE
-
-
-def stop_sending(sent: int, open_seconds: float, transaction_timeout_ms: int) -> bool:
-    """Asked after every record: out of time, looked at every CHECK_EVERY records."""
-    return sent % CHECK_EVERY == 0 and out_of_time(open_seconds, transaction_timeout_ms)
 
 
 def chunk_target(transaction_timeout_ms: int, sent: int | None = None, seconds: float | None = None) -> int:

@@ -153,7 +153,7 @@ def publish_in_chunks(*, plan: Any, partition: int, producer: Any, consumer: Any
                 for topic, key, value, headers in indexed.rows(first, end):
                     sent.add(topic, key, value, headers)
                     produce(producer, topic, key, value, headers)
-                    if chunks.stop_sending(sent.count, time.monotonic() - opened, timeout_ms):
+                    if sent.count % chunks.CHECK_EVERY == 0 and chunks.out_of_time(time.monotonic() - opened, timeout_ms):
                         finished = False
                         break
                 if finished:

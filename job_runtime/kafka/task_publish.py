@@ -47,8 +47,8 @@ log = logging.getLogger("job_runtime.kafka_sink")
 
 RESULT_SCHEMA = "partition int, status string, records long, rows string, seconds double"
 MARKER_READ_TIMEOUT = 120.0  # a loading coordinator, or an open transaction on the marker's partition
-QUEUE_MESSAGES = 100_000
-QUEUE_KBYTES = 65_536
+QUEUE_MESSAGES = 20_000  # about 340 bytes of librdkafka's heap a record queued: 100,000 held 27 MB more a worker
+QUEUE_KBYTES = 16_384
 # every task producer's settings but its brokers, credentials and transaction (benchmarks/executors_profile.py too)
 PRODUCER_SETTINGS = {"enable.idempotence": True, "linger.ms": 5,
                      "queue.buffering.max.messages": QUEUE_MESSAGES, "queue.buffering.max.kbytes": QUEUE_KBYTES}
@@ -245,7 +245,7 @@ def _decide_and_send(plan: TaskPlan, partition: int, producer: Any, consumer: An
             for topic, key, value, headers in batch_rows(batch):
                 digest.add(topic, key, value, headers)
                 produce(producer, topic, key, value, headers)
-                if chunks.stop_sending(digest.count, time.monotonic() - opened, timeout_ms):
+                if digest.count % chunks.CHECK_EVERY == 0 and chunks.out_of_time(time.monotonic() - opened, timeout_ms):
                     raise KafkaSinkError(
                         f"sink.kafka: {where}: {digest.count} records sent in {time.monotonic() - opened:.1f}s, past half of "
                         f"transactionTimeoutMs ({timeout_ms} ms): aborted; the task's retry sends the partition in chunks")

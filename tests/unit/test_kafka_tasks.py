@@ -170,3 +170,29 @@ def test_a_tasks_plan_unpickles_in_a_python_worker_without_the_job_models(tmp_pa
               "sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'yaml') or m == 'streamjob_contract.jobdef'))")
     done = subprocess.run([sys.executable, "-c", script, str(pickled)], capture_output=True, text=True, check=True)
     assert done.stdout.split(None, 2) == ["SCRAM-SHA-512", "60000", "[]\n"]
+
+
+def test_the_record_hash_is_the_length_prefixed_layout_on_every_path() -> None:
+    """record_hash's path for a record with a key, a value and no headers hashes the bytes the general path does:
+    every field length-prefixed (big-endian int32, -1 for none), headers sorted by name."""
+    import hashlib
+    import struct
+
+    from job_runtime.kafka.tasks import record_hash
+
+    def field(part: bytes | None) -> bytes:
+        return struct.pack(">i", -1) if part is None else struct.pack(">i", len(part)) + part
+
+    def reference(topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | str | None]] | None) -> int:
+        data = field(topic.encode()) + field(key) + field(value)
+        for name, header in sorted(headers or [], key=lambda kv: kv[0]):
+            data += field(name.encode()) + field(header.encode() if isinstance(header, str) else header)
+        return int.from_bytes(hashlib.blake2b(data, digest_size=16).digest(), "big")
+
+    rnd = random.Random(11)
+    for i in range(300):
+        topic = rnd.choice(["out", "t\u00fcpic", "x" * 249, f"many-{i}"])  # more topics than the prefix cache keeps
+        key = rnd.choice([None, b"", rnd.randbytes(rnd.randint(1, 40))])
+        value = rnd.choice([None, b"", rnd.randbytes(rnd.randint(1, 300))])
+        headers = rnd.choice([None, [], [("h", b"1"), ("a", "s"), ("n", None)]])
+        assert record_hash(topic, key, value, headers) == reference(topic, key, value, headers), (topic, key, value, headers)
