@@ -6,6 +6,8 @@ pyproject.toml says so). boto3 is imported, lazily, by the storage readers (``s3
 
 - ``model``: the base of the resource's typed models (``Model``, ``cel``).
 - ``jobdef``: the job definition, a StreamJob's ``spec.job``.
+- ``kafka_names``: where a Kafka client's SASL credentials and CA file are found (environment variables,
+  mount path), shared by the operator that puts them there and the runtime that reads them; no pydantic.
 - ``sparkconf``: the Spark confs the runtime owns, refused by the CRD and the runtime alike.
 - ``exitcodes``: the runtime's exit codes and what each means to the operator.
 - ``lifecycle``: a StreamJob's lifecycle states (``status.state``), what each means, which are terminal.
