@@ -20,7 +20,6 @@ pyproject.toml says so). boto3 is imported, lazily, by the storage readers (``s3
 """
 
 
-
 def __getattr__(name: str) -> str:
     """`__version__`, read from the installed package's metadata when first asked for: the lookup (importlib.metadata
     scanning the installed distributions) is not paid by every process that imports a contract module, such as

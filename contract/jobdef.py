@@ -19,7 +19,6 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from streamjob_contract.kafka_names import KAFKA_CA_MOUNT, ca_file
 from streamjob_contract.model import Model, cel, format_validation_error
 
-
 NAME_PATTERN = r"^[a-z_][a-z0-9_]{0,62}$"
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
 DURATION_PATTERN = r"^[0-9]+ (milliseconds?|seconds?|minutes?|hours?|days?)$"

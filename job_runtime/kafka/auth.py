@@ -54,7 +54,7 @@ class SaslClient:
     ca_file: str | None = None
 
     @classmethod
-    def of(cls, sasl: "KafkaSasl | SaslClient") -> "SaslClient":
+    def of(cls, sasl: KafkaSasl | SaslClient) -> SaslClient:
         if isinstance(sasl, SaslClient):
             return sasl
         ref = sasl.ca_secret_ref
@@ -75,7 +75,7 @@ def credentials(role: str, where: str, environ: Mapping[str, str] | None = None)
     return env[user_var], env[password_var]
 
 
-def client_conf(sasl: "KafkaSasl | SaslClient | None", role: str, where: str) -> dict[str, Any]:
+def client_conf(sasl: KafkaSasl | SaslClient | None, role: str, where: str) -> dict[str, Any]:
     """librdkafka settings for SASL (empty without `sasl`)."""
     if sasl is None:
         return {}
@@ -96,7 +96,7 @@ def _jaas_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def spark_options(sasl: "KafkaSasl | SaslClient | None", role: str, where: str) -> dict[str, str]:
+def spark_options(sasl: KafkaSasl | SaslClient | None, role: str, where: str) -> dict[str, str]:
     """Spark Kafka connector options for SASL (empty without `sasl`)."""
     if sasl is None:
         return {}
@@ -114,7 +114,7 @@ def spark_options(sasl: "KafkaSasl | SaslClient | None", role: str, where: str) 
     return options
 
 
-def check(bootstrap: str, sasl: "KafkaSasl | None", role: str, where: str, timeout: float = CHECK_TIMEOUT) -> None:
+def check(bootstrap: str, sasl: KafkaSasl | None, role: str, where: str, timeout: float = CHECK_TIMEOUT) -> None:
     """Authenticates once to `bootstrap` (a metadata request); raises KafkaAuthError naming the brokers
     when the credentials are refused. A broker that is down is not this check's business: the query's
     own errors report it."""
