@@ -95,11 +95,14 @@ class Run:
     delivery: str
     code: int
     seconds: float
-    peak_memory: int
     peak_parts: tuple[int, int, int]  # at the peak: runtime Python, JVM, Python workers (tree_memory)
     batches: int
     missing: int
     duplicated: int
+
+    @property
+    def peak_memory(self) -> int:
+        return sum(self.peak_parts)
 
     @property
     def peak_memory_gb(self) -> float:
@@ -183,7 +186,7 @@ def main() -> None:
                     target = broker.create_topic(f"copy-{label.lower()}", partitions=args.partitions)
                     code, seconds, peak, batches = run_once(work, broker.bootstrap, source, target, delivery, label, producers)
                     missing, duplicated, _ = count_backlog(broker.bootstrap, target, args.records, timeout=900)
-                    runs.append(Run(mode, code, seconds, sum(peak), peak, batches, missing, duplicated))
+                    runs.append(Run(mode, code, seconds, peak, batches, missing, duplicated))
                     if args.keep_logs is not None:
                         args.keep_logs.mkdir(parents=True, exist_ok=True)
                         shutil.copy(work / f"{label}.log", args.keep_logs / f"{label}.log")
