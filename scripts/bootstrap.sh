@@ -48,12 +48,16 @@ setsid bash "$ROOT/scripts/build-images.sh" --base-only >/dev/null 2>"$CACHE_ROO
 base_pid=$!
 trap 'kill -- "-$base_pid" 2>/dev/null || true' EXIT
 
-# 0b. everything compiled from Go modules (the control plane, etcd, the S3 server, helm, Prometheus, the GitOps
-#     runners, the node) starts now too, in the background: compilation takes the CPU, while the virtualenv,
-#     the jars and the Kafka broker below are mostly downloads. Its folders come back as shell assignments; its
-#     progress goes to stderr as it happens, between the other steps' lines.
+# 0b. everything compiled from Go modules (the control plane, etcd, the S3 server, the node; then helm,
+#     Prometheus, the GitOps runners) starts now too, in the background: compilation takes the CPU, while the
+#     virtualenv, the jars and the Kafka broker below are mostly downloads. Its folders come back as shell
+#     assignments in $compile_out once the bed's own binaries are built; its progress goes to stderr as it
+#     happens, between the other steps' lines. With STREAMJOB_DEFER_COMPILE=1 (scripts/test.sh) this script
+#     returns then, and helm, Prometheus and the GitOps runners go on compiling beside the tests (the tests that
+#     use them wait: testbed/locate.py's await_compiled). It does not keep this script's lock (fd 9).
 compile_out="$CACHE_ROOT/build-compiled.out"
-setsid bash "$ROOT/scripts/build-compiled.sh" >"$compile_out" &
+rm -f "$compile_out"
+setsid bash "$ROOT/scripts/build-compiled.sh" "$compile_out" 9>&- &
 compile_pid=$!
 trap 'kill -- "-$base_pid" "-$compile_pid" 2>/dev/null || true' EXIT
 
@@ -110,8 +114,13 @@ trap 'kill -- "-$base_pid" "-$compile_pid" "-$images_pid" 2>/dev/null || true' E
 KAFKA_DIR=$(bash "$ROOT/testbed/build/fetch-kafka.sh")
 took "kafka"
 
-# 5. wait for the compiled binaries (step 0b)
-wait "$compile_pid" || die "building the Go binaries failed (testbed/build/build-*.sh; output above)"
+# 5. wait for the compiled binaries (step 0b): all of them, or with STREAMJOB_DEFER_COMPILE=1 the bed's own
+if [[ "${STREAMJOB_DEFER_COMPILE:-}" == 1 ]]; then
+  while [[ ! -s $compile_out ]] && kill -0 "$compile_pid" 2>/dev/null; do sleep 1; done
+  [[ -s $compile_out ]] || { wait "$compile_pid" || true; die "building the Go binaries failed (testbed/build/build-*.sh; output above)"; }
+else
+  wait "$compile_pid" || die "building the Go binaries failed (testbed/build/build-*.sh; output above)"
+fi
 # shellcheck disable=SC1090
 source "$compile_out"
 took "waiting for the compiled binaries"

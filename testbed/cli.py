@@ -133,7 +133,7 @@ def apply_manifests(bed: TestBed, paths: list[str]) -> None:
 def install_operator(bed: TestBed) -> None:
     """Installs the operator with its Helm chart: the kubelet runs it as a pod,
     under the chart's service account, exactly as on a cluster."""
-    helm = str(locate.bin_dir() / "helm")
+    helm = str(locate.helm())
     chart = locate.repo_root() / "charts" / "streamjob"
     result = subprocess.run(
         [helm, f"--kubeconfig={bed.kubeconfig}", "upgrade", "--install", "streamjob", str(chart),

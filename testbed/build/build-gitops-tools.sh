@@ -15,6 +15,7 @@ SRC_KEY=$(cat "$HERE"/gitops-tools/*/main.go | sha256sum | cut -c1-8)
 BIN_DIR="$CACHE_ROOT/bin/gitops-gopherlua-$GOPHERLUA_VERSION-cliutils-$CLIUTILS_VERSION-src-$SRC_KEY"
 
 die() { echo "build-gitops-tools: $*" >&2; exit 1; }
+[[ ${1:-} == --dir ]] && { echo "$BIN_DIR"; exit 0; }  # where it builds, without building
 command -v go >/dev/null 2>&1 || die "Go is not installed: install Go >= 1.26 and re-run"
 if [[ -x "$BIN_DIR/lua-health" && -x "$BIN_DIR/kstatus" ]]; then echo "$BIN_DIR"; exit 0; fi
 mkdir -p "$BIN_DIR"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds the test bed's real Kubernetes control plane (kube-apiserver,
 # kube-controller-manager, kubectl), etcd, the S3 server and helm from their
-# official Go modules, into a cache keyed by version. Called by scripts/bootstrap.sh.
+# official Go modules, into a cache keyed by version. Called by scripts/build-compiled.sh.
 # Only the first run compiles; later runs find the binaries and return at once.
+#   build-go-binaries.sh [NAME...]   builds the named binaries only (default: all six;
+#                                    the bed needs all but helm at its start)
+# Prints the folder, which does not depend on what was asked for.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
@@ -17,11 +20,16 @@ die() { echo "build-go-binaries: $*" >&2; exit 1; }
 command -v go >/dev/null 2>&1 || die "Go is not installed: install Go >= 1.26 (https://go.dev/doc/install or 'apt-get install golang-1.26') and re-run"
 mkdir -p "$BIN_DIR"
 
+ALL=(kube-apiserver kube-controller-manager kubectl etcd versitygw helm)
+wanted=("$@")
+[[ ${#wanted[@]} -gt 0 ]] || wanted=("${ALL[@]}")
 need=()
-for b in kube-apiserver kube-controller-manager kubectl etcd versitygw helm; do
+for b in "${wanted[@]}"; do
+  [[ " ${ALL[*]} " == *" $b "* ]] || die "unknown binary $b (one of: ${ALL[*]})"
   [[ -x "$BIN_DIR/$b" ]] || need+=("$b")
 done
 if [[ ${#need[@]} -eq 0 ]]; then echo "$BIN_DIR"; exit 0; fi
+needed() { [[ " ${need[*]} " == *" $1 "* ]]; }
 
 work="$CACHE_ROOT/gobuild"
 mkdir -p "$work"
@@ -63,14 +71,14 @@ import (
 )
 GO
    go mod tidy -e >/dev/null 2>&1 || true
-   go mod download all >/dev/null 2>&1 || true
-   for b in kube-apiserver kube-controller-manager kubectl; do
-     [[ -x "$BIN_DIR/$b" ]] && continue
-     echo "build-go-binaries: building $b $K8S_VERSION (first run only, several minutes)" >&2
-     go build -tags tools -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#v1.}" \
-        -o "$BIN_DIR/$b.tmp" "k8s.io/kubernetes/cmd/$b" || die "go build of $b failed (see the output above)"
-     mv "$BIN_DIR/$b.tmp" "$BIN_DIR/$b"
-   done)
+   # one build for the three: their common packages compile once and the links overlap the compiles
+   local pkgs=() out="$mod/out"
+   for b in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+   echo "build-go-binaries: building $* $K8S_VERSION (first run only, several minutes)" >&2
+   rm -rf "$out" && mkdir -p "$out"
+   go build -tags tools -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#v1.}" \
+      -o "$out/" "${pkgs[@]}" || die "go build of $* failed (see the output above)"
+   for b in "$@"; do mv "$out/$b" "$BIN_DIR/$b"; done)
 }
 
 build_etcd() {
@@ -98,8 +106,10 @@ build_simple() {  # name module@version binary-name-in-GOBIN
   mv "$gobin/$produced" "$BIN_DIR/$name"
 }
 
-build_k8s
-build_etcd
-build_simple versitygw "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" versitygw
-build_simple helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" helm
+k8s=()
+for b in kube-apiserver kube-controller-manager kubectl; do needed "$b" && k8s+=("$b"); done
+[[ ${#k8s[@]} -eq 0 ]] || build_k8s "${k8s[@]}"
+needed etcd && build_etcd
+needed versitygw && build_simple versitygw "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" versitygw
+needed helm && build_simple helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" helm
 echo "$BIN_DIR"

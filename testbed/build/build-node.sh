@@ -13,8 +13,10 @@
 #     registry.k8s.io/pause:<version> and docker.io/library/busybox:<version>
 #     (Debian's busybox-static in a scratch image), built with buildah.
 # runc comes from Debian: installed with apt-get when it is missing.
-# Called by scripts/bootstrap.sh after the other Go builds; prints the folder.
-# Only the first run compiles; later runs find everything and return at once.
+#   build-node.sh [all|k8s|rest]   all (default): everything; k8s: kubelet, kube-scheduler,
+#                                  kube-proxy; rest: the others. scripts/build-compiled.sh runs
+#                                  the two parts side by side (they share no Go packages).
+# Prints the folder. Only the first run compiles; later runs find everything and return at once.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
@@ -43,14 +45,17 @@ complete() {
   for f in "${IMAGES[@]}"; do [[ -s "$NODE_BIN_DIR/images/$f" ]] || return 1; done
   command -v runc >/dev/null 2>&1
 }
+part=${1:-all}
+[[ $part == all || $part == k8s || $part == rest ]] || die "unknown part $part (all, k8s or rest)"
 if complete; then echo "$NODE_BIN_DIR"; exit 0; fi
 
+# apt-get waits for another apt-get (the images' build installs buildah beside this) instead of failing
+APT=(env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -y -q)
 command -v go >/dev/null 2>&1 || die "Go is not installed: install Go >= 1.26 and re-run"
 command -v cc >/dev/null 2>&1 || die "no C compiler (cc) for the static pause binary: apt-get install gcc libc6-dev"
-if ! command -v runc >/dev/null 2>&1; then
+if [[ $part != k8s ]] && ! command -v runc >/dev/null 2>&1; then
   say "installing runc (Debian's package) with apt-get: containerd runs containers with it"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q runc >&2 \
-    || { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q runc >&2; } \
+  "${APT[@]}" install runc >&2 || { "${APT[@]}" update >&2 && "${APT[@]}" install runc >&2; } \
     || die "could not install runc with apt-get"
 fi
 
@@ -100,21 +105,27 @@ build_k8s_node() {
    } > go.mod
    printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kubelet"\n\t_ "k8s.io/kubernetes/cmd/kube-scheduler"\n\t_ "k8s.io/kubernetes/cmd/kube-proxy"\n)\n' > tools.go
    go mod tidy -e >/dev/null 2>&1 || true
-   for b in kubelet kube-scheduler kube-proxy; do
-     [[ -x "$NODE_BIN_DIR/$b" ]] && continue
-     say "building $b $K8S_VERSION (first run only)"
-     timed "go build of $b" go build -tags tools -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#v1.}" \
-        -o "$NODE_BIN_DIR/$b.tmp" "k8s.io/kubernetes/cmd/$b"
-     mv "$NODE_BIN_DIR/$b.tmp" "$NODE_BIN_DIR/$b"
-   done
-   # pause: C, static, as build/pause/Makefile compiles it
-   if [[ ! -x "$NODE_BIN_DIR/pause" ]]; then
-     local src
-     src=$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
-     [[ -f "$src" ]] || die "no $src in the k8s.io/kubernetes module"
-     timed "cc of pause" cc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION-streamjob" -o "$NODE_BIN_DIR/pause.tmp" "$src"
-     mv "$NODE_BIN_DIR/pause.tmp" "$NODE_BIN_DIR/pause"
+   local missing=() pkgs=() out="$mod/out" b
+   for b in kubelet kube-scheduler kube-proxy; do [[ -x "$NODE_BIN_DIR/$b" ]] || missing+=("$b"); done
+   if [[ ${#missing[@]} -gt 0 ]]; then
+     # one build for the three: common packages compile once, the links overlap the compiles
+     for b in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+     say "building ${missing[*]} $K8S_VERSION (first run only)"
+     rm -rf "$out" && mkdir -p "$out"
+     timed "go build of ${missing[*]}" go build -tags tools -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#v1.}" \
+        -o "$out/" "${pkgs[@]}"
+     for b in "${missing[@]}"; do mv "$out/$b" "$NODE_BIN_DIR/$b"; done
    fi)
+}
+
+# pause: C, static, as build/pause/Makefile compiles it (the source from the k8s.io/kubernetes module)
+build_pause() {
+  [[ -x "$NODE_BIN_DIR/pause" ]] && return
+  local src
+  src=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')/build/pause/linux/pause.c
+  [[ -f "$src" ]] || die "no $src in the k8s.io/kubernetes module"
+  timed "cc of pause" cc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION-streamjob" -o "$NODE_BIN_DIR/pause.tmp" "$src"
+  mv "$NODE_BIN_DIR/pause.tmp" "$NODE_BIN_DIR/pause"
 }
 
 build_cni() {
@@ -175,7 +186,7 @@ build_images() {
   local images="$CACHE_ROOT/images"
   command -v buildah >/dev/null 2>&1 || {
     say "installing buildah with apt-get (the node's small images are built with it)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q buildah >&2 || die "could not install buildah"
+    "${APT[@]}" install buildah >&2 || die "could not install buildah"
   }
   mkdir -p "$images/tmp"
   exec 8>"$images/.build.lock"
@@ -230,11 +241,18 @@ build_images() {
 }
 
 started=$SECONDS
-build_containerd
-build_k8s_node
-build_cni
-build_coredns
-build_images
-complete || die "some outputs are still missing from $NODE_BIN_DIR"
-say "node binaries and images ready in $NODE_BIN_DIR ($((SECONDS - started))s)"
+[[ $part == rest ]] || build_k8s_node
+if [[ $part != k8s ]]; then
+  build_containerd
+  build_cni
+  build_coredns
+  build_pause
+  build_images
+fi
+if [[ $part == all ]]; then
+  complete || die "some outputs are still missing from $NODE_BIN_DIR"
+  say "node binaries and images ready in $NODE_BIN_DIR ($((SECONDS - started))s)"
+else
+  say "node part $part ready in $NODE_BIN_DIR ($((SECONDS - started))s)"
+fi
 echo "$NODE_BIN_DIR"

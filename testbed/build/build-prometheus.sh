@@ -17,6 +17,7 @@ CACHE_ROOT="${STREAMJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/streamjob}"
 BIN_DIR="$CACHE_ROOT/bin/prometheus-$PROMETHEUS_MODULE_VERSION"
 
 die() { echo "build-prometheus: $*" >&2; exit 1; }
+[[ ${1:-} == --dir ]] && { echo "$BIN_DIR"; exit 0; }  # where it builds, without building
 
 command -v go >/dev/null 2>&1 || die "Go is not installed: install Go >= 1.26 and re-run"
 if [[ -x "$BIN_DIR/prometheus" && -x "$BIN_DIR/promtool" ]]; then echo "$BIN_DIR"; exit 0; fi

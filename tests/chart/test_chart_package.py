@@ -22,7 +22,7 @@ URL = "https://charts.example.com/streamjob"
 
 
 def helm(*args: str) -> str:
-    result = subprocess.run([str(locate.bin_dir() / "helm"), *args], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([str(locate.helm()), *args], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
     return result.stdout
 
@@ -32,7 +32,7 @@ def packaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("charts")
     result = subprocess.run(
         ["bash", str(REPO / "scripts" / "package-chart.sh"), str(out), URL],
-        env={**os.environ, "HELM": str(locate.bin_dir() / "helm")}, capture_output=True, text=True, timeout=180,
+        env={**os.environ, "HELM": str(locate.helm())}, capture_output=True, text=True, timeout=180,
     )
     assert result.returncode == 0, result.stderr
     version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]

@@ -27,7 +27,7 @@ CHART = REPO / "charts" / "streamjob"
 
 
 def render(*sets: str, namespace: str = "ops") -> list[dict[str, Any]]:
-    args = [str(locate.bin_dir() / "helm"), "template", "sj", str(CHART), "--namespace", namespace]
+    args = [str(locate.helm()), "template", "sj", str(CHART), "--namespace", namespace]
     for value in sets:
         args += ["--set", value]
     result = subprocess.run(args, capture_output=True, text=True, timeout=120)

@@ -388,7 +388,7 @@ def test_run_it_on_your_cluster_takes_a_reader_to_a_ready_job_with_s3_then_kafka
     env = {
         **os.environ,
         "KUBECONFIG": str(real_bed.kubeconfig),
-        "PATH": os.pathsep.join([str(locate.bin_dir()), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "PATH": os.pathsep.join([str(locate.helm().parent), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         "SJ_CHECKOUT": str(checkout_copy(tmp_path / "checkout")),
         "SJ_STATE": str(tmp_path / "reader-shell.sh"),
         "SJ_S3_ENDPOINT": real_bed.s3_endpoint_for_pods(),

@@ -27,7 +27,7 @@ from streamjob_contract.lifecycle import LifecycleState
 
 def helm(testbed: TestBed, *args: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [str(locate.bin_dir() / "helm"), f"--kubeconfig={testbed.kubeconfig}", *args],
+        [str(locate.helm()), f"--kubeconfig={testbed.kubeconfig}", *args],
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from testbed import locate
+
 ROOT = Path(__file__).resolve().parents[2]
 CHECK_DIR = ROOT / "gitops" / "argocd" / "streamjob.io" / "StreamJob"
 HEALTH_LUA = CHECK_DIR / "health.lua"
@@ -28,6 +30,8 @@ def tool(name: str) -> str:
     bin_dir = os.environ.get("STREAMJOB_GITOPS_BIN_DIR")
     assert bin_dir, "STREAMJOB_GITOPS_BIN_DIR is not set: run scripts/bootstrap.sh and source .streamjob-env"
     path = Path(bin_dir) / name
+    if not path.is_file():
+        locate.await_compiled()  # a cold machine's first run builds them beside the tests
     assert path.is_file(), f"{path} is missing: run testbed/build/build-gitops-tools.sh"
     return str(path)
 

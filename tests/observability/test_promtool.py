@@ -101,7 +101,7 @@ def test_every_dashboard_query_uses_exported_metrics_only() -> None:
 
 
 def test_the_chart_renders_a_metrics_service_and_optionally_a_servicemonitor_and_the_dashboard() -> None:
-    helm = str(locate.bin_dir() / "helm")
+    helm = str(locate.helm())
     chart = str(REPO / "charts" / "streamjob")
 
     def render(*sets: str) -> list[dict]:
