@@ -51,13 +51,18 @@ trap 'kill -- "-$base_pid" 2>/dev/null || true' EXIT
 # 0b. everything compiled from Go modules (the control plane, etcd, the S3 server, the node; then helm,
 #     Prometheus, the GitOps runners) starts now too, in the background: compilation takes the CPU, while the
 #     virtualenv, the jars and the Kafka broker below are mostly downloads. Its folders come back as shell
-#     assignments in $compile_out once the bed's own binaries are built; its progress goes to stderr as it
-#     happens, between the other steps' lines. With STREAMJOB_DEFER_COMPILE=1 (scripts/test.sh) this script
-#     returns then, and helm, Prometheus and the GitOps runners go on compiling beside the tests (the tests that
-#     use them wait: testbed/locate.py's await_compiled). It does not keep this script's lock (fd 9).
+#     assignments in $compile_out; its progress goes to stderr as it happens, between the other steps' lines.
+#     With STREAMJOB_DEFER_COMPILE=1 (scripts/test.sh) the assignments come once the bed's own binaries are
+#     built, this script returns then, and helm, Prometheus and the GitOps runners go on compiling beside the
+#     tests (the tests that use them wait: testbed/locate.py's await_compiled; the log:
+#     $CACHE_ROOT/build-compiled.log). It does not keep this script's lock (fd 9).
 compile_out="$CACHE_ROOT/build-compiled.out"
 rm -f "$compile_out"
-setsid bash "$ROOT/scripts/build-compiled.sh" "$compile_out" 9>&- &
+if [[ "${STREAMJOB_DEFER_COMPILE:-}" == 1 ]]; then
+  setsid bash "$ROOT/scripts/build-compiled.sh" "$compile_out" 9>&- &
+else
+  setsid bash "$ROOT/scripts/build-compiled.sh" >"$compile_out" 9>&- &
+fi
 compile_pid=$!
 trap 'kill -- "-$base_pid" "-$compile_pid" 2>/dev/null || true' EXIT
 

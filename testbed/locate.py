@@ -72,10 +72,11 @@ def bin_dir() -> Path:
 COMPILE_WAIT_SECONDS = 780.0
 
 
-def await_compiled(timeout: float = COMPILE_WAIT_SECONDS) -> None:
-    """Waits while scripts/build-compiled.sh still runs: scripts/test.sh starts the tests once the bed's
-    own binaries are built and leaves helm, Prometheus and the GitOps runners compiling beside them (a cold
-    machine's first run). The script holds ``$STREAMJOB_CACHE/.compile.lock`` from its start to its end."""
+def await_compiled(*wanted: Path, timeout: float = COMPILE_WAIT_SECONDS) -> None:
+    """Waits while scripts/build-compiled.sh still runs, or until the ``wanted`` binaries are there: scripts/test.sh
+    starts the tests once the bed's own binaries are built and leaves helm, Prometheus and the GitOps runners
+    compiling beside them (a cold machine's first run). The script holds ``$STREAMJOB_CACHE/.compile.lock`` from
+    its start to its end."""
     lock = cache_root() / ".compile.lock"
     if not lock.exists():
         return
@@ -85,6 +86,8 @@ def await_compiled(timeout: float = COMPILE_WAIT_SECONDS) -> None:
             try:
                 fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
+                if wanted and all(os.access(path, os.X_OK) for path in wanted):
+                    return
                 if time.monotonic() > deadline:
                     raise MissingToolError(
                         f"scripts/build-compiled.sh is still compiling after {timeout:.0f} s "
@@ -100,7 +103,7 @@ def helm() -> Path:
     """helm, from testbed/build/build-go-binaries.sh (the second stage of a cold bootstrap: waits for it)."""
     path = bin_dir() / "helm"
     if not os.access(path, os.X_OK):
-        await_compiled()
+        await_compiled(path)
     if not os.access(path, os.X_OK):
         raise MissingToolError(f"{path} is missing: run scripts/bootstrap.sh "
                                "(or bash testbed/build/build-go-binaries.sh helm) to build it")
@@ -122,7 +125,7 @@ def prometheus_bin_dir() -> Path:
         candidate = cache_root() / "bin" / f"prometheus-{os.environ.get('PROMETHEUS_MODULE_VERSION') or match.group(1)}"
     missing = [b for b in ("prometheus", "promtool") if not os.access(candidate / b, os.X_OK)]
     if missing:
-        await_compiled()
+        await_compiled(*(candidate / b for b in missing))
         missing = [b for b in missing if not os.access(candidate / b, os.X_OK)]
     if missing:
         raise MissingToolError(f"{', '.join(missing)} missing from {candidate}: run scripts/bootstrap.sh "

@@ -31,7 +31,7 @@ def tool(name: str) -> str:
     assert bin_dir, "STREAMJOB_GITOPS_BIN_DIR is not set: run scripts/bootstrap.sh and source .streamjob-env"
     path = Path(bin_dir) / name
     if not path.is_file():
-        locate.await_compiled()  # a cold machine's first run builds them beside the tests
+        locate.await_compiled(path)  # a cold machine's first run builds them beside the tests
     assert path.is_file(), f"{path} is missing: run testbed/build/build-gitops-tools.sh"
     return str(path)
 

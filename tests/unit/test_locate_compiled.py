@@ -46,6 +46,16 @@ def test_helm_is_waited_for_while_the_compilation_runs(cache: Path) -> None:
     assert locate.helm() == helm
 
 
+def test_a_tool_built_before_the_compilation_ends_is_not_waited_for_further(cache: Path) -> None:
+    handle = hold_compile_lock(cache)  # held to the end of the test: Prometheus would still be compiling
+    try:
+        helm = cache / "bin" / "helm"
+        threading.Timer(0.3, lambda: (helm.write_text("#!/bin/sh\n"), helm.chmod(0o755))).start()
+        assert locate.helm() == helm
+    finally:
+        handle.close()
+
+
 def test_a_tool_the_compilation_did_not_make_is_named(cache: Path) -> None:
     with pytest.raises(locate.MissingToolError, match=r"bin/helm is missing"):
         locate.helm()  # no lock file at all: nothing is compiling
