@@ -22,8 +22,9 @@ The stream is finished by the run alive at the end (it catches up, then SIGTERM)
 available-now run. The consumed output is compared with runtime_kafka.reference_windows, computed
 without Spark: 0 missing, 0 duplicated. The default run does bounded subsets (3 driver kills on
 `local[2]`, 3 executor kills; fixed seeds); `-m slow` mixes driver and executor kills, 50 by
-default, and writes its result to docs/benchmarks/kafka-chaos.md when
-STREAMJOB_KAFKA_CHAOS_REPORT names that file.
+default, with the driver producing or, STREAMJOB_KAFKA_CHAOS_PRODUCERS=executors, the tasks, and
+writes its result to the file STREAMJOB_KAFKA_CHAOS_REPORT names (docs/benchmarks/kafka-chaos.md,
+kafka-chaos-executors.md).
 """
 
 from __future__ import annotations
@@ -257,18 +258,21 @@ def test_executor_sigkills_during_and_between_batches_then_each_window_once(kafk
 def test_fifty_sigkills_at_random_instants_then_each_window_once(kafka_broker, processes, tmp_path: Path) -> None:
     seed = int(os.environ.get("STREAMJOB_KAFKA_CHAOS_SEED", "8"))
     kills = int(os.environ.get("STREAMJOB_KAFKA_CHAOS_KILLS", str(KILLS_SLOW)))
-    result = kill_chain(kafka_broker, processes, tmp_path, kills, seed, master=EXECUTORS, executor_share=0.5)
+    producers = os.environ.get("STREAMJOB_KAFKA_CHAOS_PRODUCERS", "driver")
+    assert producers in ("driver", "executors"), f"STREAMJOB_KAFKA_CHAOS_PRODUCERS={producers!r}: driver or executors"
+    result = kill_chain(kafka_broker, processes, tmp_path, kills, seed, master=EXECUTORS, executor_share=0.5,
+                        producers=producers)
     report = os.environ.get("STREAMJOB_KAFKA_CHAOS_REPORT")
     ok = (result["missing"], result["duplicated"]) == (0, 0)
     (tmp_path / "chaos.json").write_text(json.dumps({k: v for k, v in result.items() if k not in ("got", "expected")}, indent=1))
     if report:
-        write_report(Path(report), result, ok, kills)
+        write_report(Path(report), result, ok, kills, producers)
     check(result)
 
 
-def write_report(path: Path, result: dict[str, Any], ok: bool, asked: int) -> None:
+def write_report(path: Path, result: dict[str, Any], ok: bool, asked: int, producers: str) -> None:
     command = (f"STREAMJOB_KAFKA_CHAOS_KILLS={asked} STREAMJOB_KAFKA_CHAOS_SEED={result['seed']} "
-               f"STREAMJOB_KAFKA_CHAOS_REPORT=docs/benchmarks/kafka-chaos.md "
+               f"STREAMJOB_KAFKA_CHAOS_PRODUCERS={producers} STREAMJOB_KAFKA_CHAOS_REPORT=docs/benchmarks/{path.name} "
                "pytest -q -p no:cacheprovider -m slow tests/runtime/test_runtime_kafka_chaos.py -k fifty")
     kinds = Counter(i["kind"] if i["kind"] != DRIVER else
                     ("driver " + ("paused at a Kafka commit point" if i["instant"].startswith("paused") else
@@ -289,6 +293,9 @@ def write_report(path: Path, result: dict[str, Any], ok: bool, asked: int) -> No
         "| | |", "| --- | --- |",
         f"| result | {'PASS' if ok else 'FAIL'} |",
         f"| kills done | {result['kills']} (asked {asked}; the slow test's default is {KILLS_SLOW}) |",
+        f"| who produces | `sink.kafka.producers: {producers}`"
+        + (" (each task a transaction of its own; a driver kill may also come at a task's commit point)" if producers == "executors" else "")
+        + " |",
         f"| kill kinds | {', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))} |",
         f"| tasks lost with a killed executor | {result['tasksLost']} (Spark's `ExecutorLostFailure` in the driver logs) |",
         f"| restarts after an executor kill | {result['restartsAfterExecutorKills']} |",
