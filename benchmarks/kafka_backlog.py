@@ -99,6 +99,11 @@ class Run:
     batches: int
     missing: int
     duplicated: int
+    quarters: tuple[int, ...] = ()  # the peak (bytes, all parts) in each quarter of the run's wall time: flat or growing
+
+    @property
+    def quarters_gb(self) -> str:
+        return " / ".join(f"{q / 1e9:.2f}" for q in self.quarters)
 
     @property
     def peak_memory(self) -> int:
@@ -114,9 +119,9 @@ class Run:
 
 
 def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str, label: str,
-             producers: str | None = None) -> tuple[int, float, tuple[int, int, int], int]:
-    """(exit code, query seconds, memory at the peak in bytes (tree_memory's parts), batches) of one runtime run
-    to the end of the backlog."""
+             producers: str | None = None) -> tuple[int, float, tuple[int, int, int], int, tuple[int, ...]]:
+    """(exit code, query seconds, memory at the peak in bytes (tree_memory's parts), batches, the peak in each
+    quarter of the run) of one runtime run to the end of the backlog."""
     job = passthrough_job(work / f"{label}.json", bootstrap, source, target, delivery, starting="earliest", producers=producers)
     checkpoint = work / f"ckpt-{label}"
     log_path = work / f"{label}.log"
@@ -125,7 +130,9 @@ def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str
         proc = subprocess.Popen(runtime_command(work, job, checkpoint, name=label.lower()), cwd=work, env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     peak = (0, 0, 0)
+    samples: list[tuple[float, int]] = []  # (seconds since the start, bytes)
     done = threading.Event()
+    began = time.monotonic()
 
     def sample() -> None:
         nonlocal peak
@@ -133,7 +140,9 @@ def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str
         while not done.is_set():
             if time.monotonic() - found > 1.0:  # the workers come and go; scanning /proc each sample costs too much CPU
                 tree, found = process_tree(proc.pid), time.monotonic()
-            peak = max(peak, tree_memory(tree), key=sum)
+            now = tree_memory(tree)
+            peak = max(peak, now, key=sum)
+            samples.append((time.monotonic() - began, sum(now)))
             time.sleep(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -149,8 +158,12 @@ def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str
     seconds = finished[-1] - started[0] if code == 0 and started and finished else float("nan")
     if code != 0:
         print(f"{label}: exit {code}\n" + "\n".join(lines[-40:]), flush=True)
-    batches = sum(1 for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()) if (checkpoint / "offsets").exists() else 0
-    return code, seconds, peak, batches
+    # the newest batch id + 1: Spark keeps only the last 100 offset files (spark.sql.streaming.minBatchesToRetain)
+    ids = [int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()] if (checkpoint / "offsets").exists() else []
+    batches = max(ids) + 1 if ids else 0
+    end = samples[-1][0] if samples else 0.0
+    quarters = tuple(max((b for t, b in samples if q * end / 4 <= t <= (q + 1) * end / 4), default=0) for q in range(4))
+    return code, seconds, peak, batches, quarters
 
 
 def main() -> None:
@@ -184,9 +197,9 @@ def main() -> None:
                 for mode, delivery, producers in modes if i % 2 == 0 else modes[::-1]:
                     label = f"{mode.replace('/', '-')}-{i}"
                     target = broker.create_topic(f"copy-{label.lower()}", partitions=args.partitions)
-                    code, seconds, peak, batches = run_once(work, broker.bootstrap, source, target, delivery, label, producers)
-                    missing, duplicated, _ = count_backlog(broker.bootstrap, target, args.records, timeout=900)
-                    runs.append(Run(mode, code, seconds, peak, batches, missing, duplicated))
+                    code, seconds, peak, batches, quarters = run_once(work, broker.bootstrap, source, target, delivery, label, producers)
+                    missing, duplicated, _ = count_backlog(broker.bootstrap, target, args.records, timeout=1800)
+                    runs.append(Run(mode, code, seconds, peak, batches, missing, duplicated, quarters))
                     if args.keep_logs is not None:
                         args.keep_logs.mkdir(parents=True, exist_ok=True)
                         shutil.copy(work / f"{label}.log", args.keep_logs / f"{label}.log")
@@ -208,6 +221,10 @@ def write_report(args: argparse.Namespace, runs: list[Run]) -> None:
     eo_s, ex_s, alo_s = (median([r.seconds for r in rs]) for rs in (eo, ex, alo))
     eo_mem, ex_mem, alo_mem = (median([r.peak_memory for r in rs]) for rs in (eo, ex, alo))
     command = f"python benchmarks/kafka_backlog.py --records {args.records} --partitions {args.partitions} --repeat {args.repeat}"
+    if args.modes != ",".join(m for m, _, _ in MODES):
+        command += f" --modes {args.modes}"
+    if args.report.resolve() != REPORT:
+        command += f" --report {args.report.resolve().relative_to(REPO) if args.report.resolve().is_relative_to(REPO) else args.report}"
 
     def cells(rs: list[Run], f: str) -> str:
         return ", ".join(f.format(r=r) for r in rs)
@@ -243,6 +260,7 @@ counted.
 | batches planned | {cells(eo, "{r.batches}")} | {cells(ex, "{r.batches}")} | {cells(alo, "{r.batches}")} |
 | driver peak memory (GB) | {cells(eo, "{r.peak_memory_gb:.2f}")} | {cells(ex, "{r.peak_memory_gb:.2f}")} | {cells(alo, "{r.peak_memory_gb:.2f}")} |
 | at the peak: runtime Python / JVM / Python workers (GB) | {cells(eo, "{r.peak_parts_gb}")} | {cells(ex, "{r.peak_parts_gb}")} | {cells(alo, "{r.peak_parts_gb}")} |
+| peak in each quarter of the run (GB) | {cells(eo, "{r.quarters_gb}")} | {cells(ex, "{r.quarters_gb}")} | {cells(alo, "{r.quarters_gb}")} |
 | missing / duplicated (read_committed) | {cells(eo, "{r.missing} / {r.duplicated}")} | {cells(ex, "{r.missing} / {r.duplicated}")} | {cells(alo, "{r.missing} / {r.duplicated}")} |
 | **throughput ratio to atLeastOnce** | **{alo_s / eo_s:.2f}** | **{alo_s / ex_s:.2f}** | |
 | **peak memory ratio to atLeastOnce** | **{eo_mem / alo_mem:.2f}** | **{ex_mem / alo_mem:.2f}** | |
