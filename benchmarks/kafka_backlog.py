@@ -129,20 +129,16 @@ def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str
     with log_path.open("wb") as log:
         proc = subprocess.Popen(runtime_command(work, job, checkpoint, name=label.lower()), cwd=work, env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    peak = (0, 0, 0)
-    samples: list[tuple[float, int]] = []  # (seconds since the start, bytes)
+    samples: list[tuple[float, tuple[int, int, int]]] = []  # (seconds since the start, tree_memory's parts)
     done = threading.Event()
     began = time.monotonic()
 
     def sample() -> None:
-        nonlocal peak
         tree, found = {proc.pid: 0}, 0.0
         while not done.is_set():
             if time.monotonic() - found > 1.0:  # the workers come and go; scanning /proc each sample costs too much CPU
                 tree, found = process_tree(proc.pid), time.monotonic()
-            now = tree_memory(tree)
-            peak = max(peak, now, key=sum)
-            samples.append((time.monotonic() - began, sum(now)))
+            samples.append((time.monotonic() - began, tree_memory(tree)))
             time.sleep(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -161,9 +157,13 @@ def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str
     # the newest batch id + 1: Spark keeps only the last 100 offset files (spark.sql.streaming.minBatchesToRetain)
     ids = [int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()] if (checkpoint / "offsets").exists() else []
     batches = max(ids) + 1 if ids else 0
+    peak = max((parts for _, parts in samples), key=sum, default=(0, 0, 0))
+    quarters = [0, 0, 0, 0]
     end = samples[-1][0] if samples else 0.0
-    quarters = tuple(max((b for t, b in samples if q * end / 4 <= t <= (q + 1) * end / 4), default=0) for q in range(4))
-    return code, seconds, peak, batches, quarters
+    for t, parts in samples:
+        q = min(3, int(4 * t / end)) if end else 0
+        quarters[q] = max(quarters[q], sum(parts))
+    return code, seconds, peak, batches, tuple(quarters)
 
 
 def main() -> None:
@@ -223,8 +223,9 @@ def write_report(args: argparse.Namespace, runs: list[Run]) -> None:
     command = f"python benchmarks/kafka_backlog.py --records {args.records} --partitions {args.partitions} --repeat {args.repeat}"
     if args.modes != ",".join(m for m, _, _ in MODES):
         command += f" --modes {args.modes}"
-    if args.report.resolve() != REPORT:
-        command += f" --report {args.report.resolve().relative_to(REPO) if args.report.resolve().is_relative_to(REPO) else args.report}"
+    report_path = args.report.resolve()
+    if report_path != REPORT:
+        command += f" --report {report_path.relative_to(REPO) if report_path.is_relative_to(REPO) else report_path}"
 
     def cells(rs: list[Run], f: str) -> str:
         return ", ".join(f.format(r=r) for r in rs)
@@ -234,8 +235,9 @@ def write_report(args: argparse.Namespace, runs: list[Run]) -> None:
 A pass-through job (Kafka -> `SELECT key, value` -> Kafka) deployed on a backlog of
 {args.records:,} records (100-byte values, {args.partitions} partitions) as a new user would:
 `startingOffsets: earliest`, no `maxOffsetsPerTrigger`, every sink setting at its default,
-the default driver memory, `local[2]`, `Trigger.AvailableNow`; three times, same input,
-same run, the order alternating between repeats, each to a fresh topic and checkpoint:
+the default driver memory, `local[2]`, `Trigger.AvailableNow`; once in each mode run here
+({", ".join(f"`{m}`" for m in args.modes.split(","))}) per repeat, same input, same run, the order
+alternating between repeats, each to a fresh topic and checkpoint. The modes:
 - `exactlyOnce` with the driver producing (the default, `producers: driver`): one Kafka
   transaction per batch, the batch capped at {300_000:,} records by the default 60 s transaction
   timeout ([delivery.md](../delivery.md#no-batch-is-too-big));

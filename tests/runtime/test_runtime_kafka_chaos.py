@@ -266,13 +266,15 @@ def test_fifty_sigkills_at_random_instants_then_each_window_once(kafka_broker, p
     ok = (result["missing"], result["duplicated"]) == (0, 0)
     (tmp_path / "chaos.json").write_text(json.dumps({k: v for k, v in result.items() if k not in ("got", "expected")}, indent=1))
     if report:
-        write_report(Path(report), result, ok, kills, producers)
+        write_report(report, result, ok, kills, producers)
     check(result)
 
 
-def write_report(path: Path, result: dict[str, Any], ok: bool, asked: int, producers: str) -> None:
+def write_report(report: str, result: dict[str, Any], ok: bool, asked: int, producers: str) -> None:
+    """The report, to the file STREAMJOB_KAFKA_CHAOS_REPORT named; its command names that file as given."""
+    path = Path(report)
     command = (f"STREAMJOB_KAFKA_CHAOS_KILLS={asked} STREAMJOB_KAFKA_CHAOS_SEED={result['seed']} "
-               f"STREAMJOB_KAFKA_CHAOS_PRODUCERS={producers} STREAMJOB_KAFKA_CHAOS_REPORT=docs/benchmarks/{path.name} "
+               f"STREAMJOB_KAFKA_CHAOS_PRODUCERS={producers} STREAMJOB_KAFKA_CHAOS_REPORT={report} "
                "pytest -q -p no:cacheprovider -m slow tests/runtime/test_runtime_kafka_chaos.py -k fifty")
     kinds = Counter(i["kind"] if i["kind"] != DRIVER else
                     ("driver " + ("paused at a Kafka commit point" if i["instant"].startswith("paused") else
