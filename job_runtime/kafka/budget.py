@@ -14,6 +14,14 @@ so the default 60 s gives 300,000 records a batch. The cap also bounds memory: t
 driver holds one partition of one batch at a time (job_runtime.kafka.driver_rows) and the producer's
 queue is bounded, so a batch of at most `cap` records fits whatever the backlog.
 
+With the executors producing (`producers: executors`) each task sends its own partition in a
+transaction of its own, the driver holds no record, and a task too slow for its transaction sends
+in chunks (job_runtime.kafka.task_chunks) rather than failing the batch: the cap only spreads a
+backlog over batches. Its floor is a task's rate, four times the driver's, assumed for the whole
+batch in one task (one partition, or every record in one): 1,200,000 records at the default 60 s.
+Every batch pays fixed costs (planning, the logs, each task's producer and marker), which at the
+driver's cap made 167 batches of a 50 M backlog (docs/benchmarks/kafka-backlog-50m.md).
+
 A transaction that still ran out of time (a slower machine, large records) halves
 the cap for that checkpoint (`CapNote`, kept in `<checkpoint>/_streamjob_batch_cap.json`),
 and the batch is planned again smaller: each failure halves it, so no batch is
@@ -26,6 +34,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 RECORDS_PER_SECOND_FLOOR = 10_000  # the driver's publish rate assumed for the cap, well under what it does
+TASK_RECORDS_PER_SECOND_FLOOR = 40_000  # one task's, with the executors producing (about 130,000/s warm here)
 BUDGET_SHARE = 0.5  # of the transaction timeout, for the records themselves
 MIN_BATCH_RECORDS = 1_000  # a cap never goes below this (a halving stops here)
 MAX_OFFSETS = "maxOffsetsPerTrigger"
@@ -33,14 +42,17 @@ CAP_NOTE = "_streamjob_batch_cap.json"  # in the checkpoint: a cap lowered after
 TIMED_OUT_SHARE = 0.8  # a failed transaction open this share of its timeout ran out of time
 
 
-def budget_records(transaction_timeout_ms: int) -> int:
-    """The records one transaction may carry: timeout x rate floor x share, at least MIN_BATCH_RECORDS."""
-    return max(MIN_BATCH_RECORDS, int(transaction_timeout_ms / 1000 * RECORDS_PER_SECOND_FLOOR * BUDGET_SHARE))
+def budget_records(transaction_timeout_ms: int, executors: bool = False) -> int:
+    """The records one batch may carry: timeout x rate floor (the driver's, or one task's when the
+    executors produce) x share, at least MIN_BATCH_RECORDS."""
+    rate = TASK_RECORDS_PER_SECOND_FLOOR if executors else RECORDS_PER_SECOND_FLOOR
+    return max(MIN_BATCH_RECORDS, int(transaction_timeout_ms / 1000 * rate * BUDGET_SHARE))
 
 
-def batch_cap(transaction_timeout_ms: int, noted: int | None = None) -> int:
-    """The records a batch may hold: the budget, or less when a note lowered it."""
-    budget = budget_records(transaction_timeout_ms)
+def batch_cap(transaction_timeout_ms: int, noted: int | None = None, executors: bool = False) -> int:
+    """The records a batch may hold: the budget, or less when a note lowered it (a note is written
+    by the driver's mode only; one left from it still applies after a switch to the executors)."""
+    budget = budget_records(transaction_timeout_ms, executors)
     return min(budget, max(MIN_BATCH_RECORDS, noted)) if noted is not None else budget
 
 

@@ -75,7 +75,7 @@ from job_runtime.kafka.marker_copy import DurableMarker
 from job_runtime.kafka.marker import KafkaSinkError, Marker, batch_input_digest, publish_decision
 from job_runtime.kafka.replan import planned_batch, read_offset_log, replan_planned_batch
 from job_runtime.kafka.send import init_transactions, produce
-from streamjob_contract.jobdef import KafkaSink
+from streamjob_contract.jobdef import KafkaProducers, KafkaSink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -337,4 +337,4 @@ def batch_cap(kafka: KafkaSink, store: "Store | None") -> int:
     noted = None
     if store is not None and store.exists(budget.CAP_NOTE):
         noted = budget.parse_note(store.read_bytes(budget.CAP_NOTE))
-    return budget.batch_cap(kafka.transaction_timeout_ms, noted)
+    return budget.batch_cap(kafka.transaction_timeout_ms, noted, executors=kafka.producers == KafkaProducers.executors)

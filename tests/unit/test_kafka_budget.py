@@ -28,6 +28,30 @@ def test_the_cap_follows_the_transaction_timeout(timeout_ms: int, noted: int | N
     assert budget.batch_cap(timeout_ms, noted) == cap
 
 
+@pytest.mark.parametrize(("timeout_ms", "noted", "cap"), [
+    pytest.param(60_000, None, 1_200_000, id="default-timeout"),
+    pytest.param(900_000, None, 18_000_000, id="max-timeout"),
+    pytest.param(1_000, None, 20_000, id="min-timeout"),
+    pytest.param(60_000, 40_000, 40_000, id="a-note-left-by-the-driver-mode-still-lowers-it"),
+    pytest.param(60_000, 10_000_000, 1_200_000, id="a-note-never-raises-it"),
+])
+def test_with_the_executors_producing_the_cap_is_a_tasks_rate(timeout_ms: int, noted: int | None, cap: int) -> None:
+    """A task's transaction holds its partition only and a slow task sends in chunks: four times the driver's cap."""
+    assert budget.batch_cap(timeout_ms, noted, executors=True) == cap
+    assert budget.batch_cap(timeout_ms, None, executors=True) == 4 * budget.batch_cap(timeout_ms)
+
+
+def test_the_sink_picks_the_cap_of_its_producers() -> None:
+    """The writer's cap (job_runtime.kafka.sink.batch_cap) follows sink.kafka.producers; no store, no note."""
+    from job_runtime.kafka.sink import batch_cap
+    from streamjob_contract.jobdef import KafkaSink
+
+    base = {"bootstrapServers": "kafka:9092", "topic": "out"}
+    assert batch_cap(KafkaSink.model_validate(base), None) == 300_000
+    assert batch_cap(KafkaSink.model_validate({**base, "producers": "executors"}), None) == 1_200_000
+    assert batch_cap(KafkaSink.model_validate({**base, "producers": "executors", "transactionTimeoutMs": 10_000}), None) == 200_000
+
+
 @pytest.mark.parametrize(("options", "expected", "own"), [
     pytest.param({}, "300000", "unset", id="unset-gets-the-cap"),
     pytest.param({"maxOffsetsPerTrigger": "1000"}, "1000", None, id="smaller-kept"),
