@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kafka_bench import passthrough_job
+from job_runtime.kafka import budget
 from runtime_bench import _stamp, runtime_command
 from report import machine, publish, reproduce
 
@@ -217,6 +218,10 @@ def write_report(args: argparse.Namespace, runs: list[Run]) -> None:
     def median(values: list[float]) -> float:
         return statistics.median(values) if values else float("nan")
 
+    def shown(value: float, spec: str) -> str:
+        """A figure, or "-" for a mode not run here (its median is nan)."""
+        return "-" if value != value else format(value, spec)
+
     eo, ex, alo = of("exactlyOnce"), of("exactlyOnce/executors"), of("atLeastOnce")
     eo_s, ex_s, alo_s = (median([r.seconds for r in rs]) for rs in (eo, ex, alo))
     eo_mem, ex_mem, alo_mem = (median([r.peak_memory for r in rs]) for rs in (eo, ex, alo))
@@ -239,11 +244,12 @@ the default driver memory, `local[2]`, `Trigger.AvailableNow`; once in each mode
 ({", ".join(f"`{m}`" for m in args.modes.split(","))}) per repeat, same input, same run, the order
 alternating between repeats, each to a fresh topic and checkpoint. The modes:
 - `exactlyOnce` with the driver producing (the default, `producers: driver`): one Kafka
-  transaction per batch, the batch capped at {300_000:,} records by the default 60 s transaction
+  transaction per batch, the batch capped at {budget.batch_cap(60_000):,} records by the default 60 s transaction
   timeout ([delivery.md](../delivery.md#no-batch-is-too-big));
 - `exactlyOnce/executors` (`producers: executors`): each task sends its partition in a transaction
   of its own with a task marker, the driver then commits the batch marker
-  ([delivery.md](../delivery.md#who-produces-the-driver-or-the-executors)); the same cap;
+  ([delivery.md](../delivery.md#who-produces-the-driver-or-the-executors)); the batch capped at
+  {budget.batch_cap(60_000, executors=True):,} records (a task's rate floor, four times the driver's);
 - `atLeastOnce`: Spark's own Kafka writer, produced by the tasks, no transaction.
 
 Query time is the runtime's "started query" to "finished query" (JVM start-up excluded); peak
@@ -256,16 +262,16 @@ counted.
 | | exactlyOnce (driver) | exactlyOnce/executors | atLeastOnce (Spark's writer) |
 | --- | --- | --- | --- |
 | exit codes | {cells(eo, "{r.code}")} | {cells(ex, "{r.code}")} | {cells(alo, "{r.code}")} |
-| query time, median of {args.repeat} (s) | {eo_s:.1f} | {ex_s:.1f} | {alo_s:.1f} |
+| query time, median of {args.repeat} (s) | {shown(eo_s, ".1f")} | {shown(ex_s, ".1f")} | {shown(alo_s, ".1f")} |
 | all runs (s) | {cells(eo, "{r.seconds:.1f}")} | {cells(ex, "{r.seconds:.1f}")} | {cells(alo, "{r.seconds:.1f}")} |
-| throughput (records/s) | {args.records / eo_s:,.0f} | {args.records / ex_s:,.0f} | {args.records / alo_s:,.0f} |
+| throughput (records/s) | {shown(args.records / eo_s, ",.0f")} | {shown(args.records / ex_s, ",.0f")} | {shown(args.records / alo_s, ",.0f")} |
 | batches planned | {cells(eo, "{r.batches}")} | {cells(ex, "{r.batches}")} | {cells(alo, "{r.batches}")} |
 | driver peak memory (GB) | {cells(eo, "{r.peak_memory_gb:.2f}")} | {cells(ex, "{r.peak_memory_gb:.2f}")} | {cells(alo, "{r.peak_memory_gb:.2f}")} |
 | at the peak: runtime Python / JVM / Python workers (GB) | {cells(eo, "{r.peak_parts_gb}")} | {cells(ex, "{r.peak_parts_gb}")} | {cells(alo, "{r.peak_parts_gb}")} |
 | peak in each quarter of the run (GB) | {cells(eo, "{r.quarters_gb}")} | {cells(ex, "{r.quarters_gb}")} | {cells(alo, "{r.quarters_gb}")} |
 | missing / duplicated (read_committed) | {cells(eo, "{r.missing} / {r.duplicated}")} | {cells(ex, "{r.missing} / {r.duplicated}")} | {cells(alo, "{r.missing} / {r.duplicated}")} |
-| **throughput ratio to atLeastOnce** | **{alo_s / eo_s:.2f}** | **{alo_s / ex_s:.2f}** | |
-| **peak memory ratio to atLeastOnce** | **{eo_mem / alo_mem:.2f}** | **{ex_mem / alo_mem:.2f}** | |
+| **throughput ratio to atLeastOnce** | **{shown(alo_s / eo_s, ".2f")}** | **{shown(alo_s / ex_s, ".2f")}** | |
+| **peak memory ratio to atLeastOnce** | **{shown(eo_mem / alo_mem, ".2f")}** | **{shown(ex_mem / alo_mem, ".2f")}** | |
 
 {machine()}
 

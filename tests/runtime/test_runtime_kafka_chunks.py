@@ -29,7 +29,7 @@ from test_runtime_kafka_executors import task_markers
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
 from kafka_io import count_backlog, produce_backlog  # noqa: E402
 
-RECORDS = 10_000  # the batch cap of a 2 s transaction: one batch, one task
+RECORDS = 10_000  # under the executors' batch cap of a 2 s transaction (40,000): one batch, one task
 TIMEOUT_MS = 2_000
 SLOW = "aggregate(sequence(1, 8000), 0L, (acc, x) -> acc + x) > 0"  # about 1 ms a record on 2 cores
 SMALL_ARROW_BATCHES = ("--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=100")
