@@ -16,29 +16,22 @@ def offsets(*lines: str) -> str:
     return "\n".join(["v1", META, *lines]) + "\n"
 
 
-@pytest.mark.parametrize(("timeout_ms", "noted", "cap"), [
-    pytest.param(60_000, None, 300_000, id="default-timeout"),
-    pytest.param(900_000, None, 4_500_000, id="max-timeout"),
-    pytest.param(1_000, None, 5_000, id="min-timeout"),
-    pytest.param(60_000, 40_000, 40_000, id="a-note-lowers-it"),
-    pytest.param(60_000, 10_000_000, 300_000, id="a-note-never-raises-it"),
-    pytest.param(60_000, 10, budget.MIN_BATCH_RECORDS, id="never-below-the-floor"),
+@pytest.mark.parametrize(("timeout_ms", "noted", "executors", "cap"), [
+    pytest.param(60_000, None, False, 300_000, id="default-timeout"),
+    pytest.param(900_000, None, False, 4_500_000, id="max-timeout"),
+    pytest.param(1_000, None, False, 5_000, id="min-timeout"),
+    pytest.param(60_000, 40_000, False, 40_000, id="a-note-lowers-it"),
+    pytest.param(60_000, 10_000_000, False, 300_000, id="a-note-never-raises-it"),
+    pytest.param(60_000, 10, False, budget.MIN_BATCH_RECORDS, id="never-below-the-floor"),
+    # executors: a task's transaction holds its partition only and a slow task sends in chunks: four times the cap
+    pytest.param(60_000, None, True, 1_200_000, id="executors-default-timeout"),
+    pytest.param(900_000, None, True, 18_000_000, id="executors-max-timeout"),
+    pytest.param(1_000, None, True, 20_000, id="executors-min-timeout"),
+    pytest.param(60_000, 40_000, True, 40_000, id="executors-a-note-left-by-the-driver-mode-still-lowers-it"),
+    pytest.param(60_000, 10_000_000, True, 1_200_000, id="executors-a-note-never-raises-it"),
 ])
-def test_the_cap_follows_the_transaction_timeout(timeout_ms: int, noted: int | None, cap: int) -> None:
-    assert budget.batch_cap(timeout_ms, noted) == cap
-
-
-@pytest.mark.parametrize(("timeout_ms", "noted", "cap"), [
-    pytest.param(60_000, None, 1_200_000, id="default-timeout"),
-    pytest.param(900_000, None, 18_000_000, id="max-timeout"),
-    pytest.param(1_000, None, 20_000, id="min-timeout"),
-    pytest.param(60_000, 40_000, 40_000, id="a-note-left-by-the-driver-mode-still-lowers-it"),
-    pytest.param(60_000, 10_000_000, 1_200_000, id="a-note-never-raises-it"),
-])
-def test_with_the_executors_producing_the_cap_is_a_tasks_rate(timeout_ms: int, noted: int | None, cap: int) -> None:
-    """A task's transaction holds its partition only and a slow task sends in chunks: four times the driver's cap."""
-    assert budget.batch_cap(timeout_ms, noted, executors=True) == cap
-    assert budget.batch_cap(timeout_ms, None, executors=True) == 4 * budget.batch_cap(timeout_ms)
+def test_the_cap_follows_the_transaction_timeout(timeout_ms: int, noted: int | None, executors: bool, cap: int) -> None:
+    assert budget.batch_cap(timeout_ms, noted, executors=executors) == cap
 
 
 def test_the_sink_picks_the_cap_of_its_producers() -> None:
