@@ -101,6 +101,7 @@ class Run:
     missing: int
     duplicated: int
     quarters: tuple[int, ...] = ()  # the peak (bytes, all parts) in each quarter of the run's wall time: flat or growing
+    wall: float = float("nan")  # the runtime process's launch to its exit: JVM and session start, the sink's start
 
     @property
     def quarters_gb(self) -> str:
@@ -120,9 +121,9 @@ class Run:
 
 
 def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str, label: str,
-             producers: str | None = None) -> tuple[int, float, tuple[int, int, int], int, tuple[int, ...]]:
+             producers: str | None = None) -> tuple[int, float, tuple[int, int, int], int, tuple[int, ...], float]:
     """(exit code, query seconds, memory at the peak in bytes (tree_memory's parts), batches, the peak in each
-    quarter of the run) of one runtime run to the end of the backlog."""
+    quarter of the run, the process's wall seconds) of one runtime run to the end of the backlog."""
     job = passthrough_job(work / f"{label}.json", bootstrap, source, target, delivery, starting="earliest", producers=producers)
     checkpoint = work / f"ckpt-{label}"
     log_path = work / f"{label}.log"
@@ -146,6 +147,7 @@ def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str
     sampler.start()
     try:
         code = proc.wait(3600)
+        wall = time.monotonic() - began
     finally:
         done.set()
         sampler.join(5)
@@ -164,7 +166,7 @@ def run_once(work: Path, bootstrap: str, source: str, target: str, delivery: str
     for t, parts in samples:
         q = min(3, int(4 * t / end)) if end else 0
         quarters[q] = max(quarters[q], sum(parts))
-    return code, seconds, peak, batches, tuple(quarters)
+    return code, seconds, peak, batches, tuple(quarters), wall if code == 0 else float("nan")
 
 
 def main() -> None:
@@ -198,9 +200,10 @@ def main() -> None:
                 for mode, delivery, producers in modes if i % 2 == 0 else modes[::-1]:
                     label = f"{mode.replace('/', '-')}-{i}"
                     target = broker.create_topic(f"copy-{label.lower()}", partitions=args.partitions)
-                    code, seconds, peak, batches, quarters = run_once(work, broker.bootstrap, source, target, delivery, label, producers)
+                    code, seconds, peak, batches, quarters, wall = run_once(work, broker.bootstrap, source, target, delivery, label,
+                                                                            producers)
                     missing, duplicated, _ = count_backlog(broker.bootstrap, target, args.records, timeout=1800)
-                    runs.append(Run(mode, code, seconds, peak, batches, missing, duplicated, quarters))
+                    runs.append(Run(mode, code, seconds, peak, batches, missing, duplicated, quarters, wall))
                     if args.keep_logs is not None:
                         args.keep_logs.mkdir(parents=True, exist_ok=True)
                         shutil.copy(work / f"{label}.log", args.keep_logs / f"{label}.log")
@@ -224,6 +227,7 @@ def write_report(args: argparse.Namespace, runs: list[Run]) -> None:
 
     eo, ex, alo = of("exactlyOnce"), of("exactlyOnce/executors"), of("atLeastOnce")
     eo_s, ex_s, alo_s = (median([r.seconds for r in rs]) for rs in (eo, ex, alo))
+    eo_w, ex_w, alo_w = (median([r.wall for r in rs]) for rs in (eo, ex, alo))
     eo_mem, ex_mem, alo_mem = (median([r.peak_memory for r in rs]) for rs in (eo, ex, alo))
     command = f"python benchmarks/kafka_backlog.py --records {args.records} --partitions {args.partitions} --repeat {args.repeat}"
     if args.modes != ",".join(m for m, _, _ in MODES):
@@ -252,7 +256,10 @@ alternating between repeats, each to a fresh topic and checkpoint. The modes:
   {budget.batch_cap(60_000, executors=True):,} records (a task's rate floor, four times the driver's);
 - `atLeastOnce`: Spark's own Kafka writer, produced by the tasks, no transaction.
 
-Query time is the runtime's "started query" to "finished query" (JVM start-up excluded); peak
+Query time is the runtime's "started query" to "finished query" (JVM start-up excluded); the
+process's wall time runs from the runtime's launch to its exit, so it also counts the JVM's and the
+session's start and the sink's own start (its producers' initialisation, and with the executors
+producing the start of the tasks' Python workers, which overlaps it); peak
 memory is the driver's process tree: the RSS of the runtime's Python process and its JVM (which in
 `local[2]` also runs the tasks) and the PSS of the tasks' Python workers (pyspark's daemon puts them
 in a process group of their own; PSS so that the pages they share with the daemon count once),
@@ -264,6 +271,8 @@ counted.
 | exit codes | {cells(eo, "{r.code}")} | {cells(ex, "{r.code}")} | {cells(alo, "{r.code}")} |
 | query time, median of {args.repeat} (s) | {shown(eo_s, ".1f")} | {shown(ex_s, ".1f")} | {shown(alo_s, ".1f")} |
 | all runs (s) | {cells(eo, "{r.seconds:.1f}")} | {cells(ex, "{r.seconds:.1f}")} | {cells(alo, "{r.seconds:.1f}")} |
+| process wall time, median (s) | {shown(eo_w, ".1f")} | {shown(ex_w, ".1f")} | {shown(alo_w, ".1f")} |
+| all runs, wall (s) | {cells(eo, "{r.wall:.1f}")} | {cells(ex, "{r.wall:.1f}")} | {cells(alo, "{r.wall:.1f}")} |
 | throughput (records/s) | {shown(args.records / eo_s, ",.0f")} | {shown(args.records / ex_s, ",.0f")} | {shown(args.records / alo_s, ",.0f")} |
 | batches planned | {cells(eo, "{r.batches}")} | {cells(ex, "{r.batches}")} | {cells(alo, "{r.batches}")} |
 | driver peak memory (GB) | {cells(eo, "{r.peak_memory_gb:.2f}")} | {cells(ex, "{r.peak_memory_gb:.2f}")} | {cells(alo, "{r.peak_memory_gb:.2f}")} |
@@ -271,6 +280,7 @@ counted.
 | peak in each quarter of the run (GB) | {cells(eo, "{r.quarters_gb}")} | {cells(ex, "{r.quarters_gb}")} | {cells(alo, "{r.quarters_gb}")} |
 | missing / duplicated (read_committed) | {cells(eo, "{r.missing} / {r.duplicated}")} | {cells(ex, "{r.missing} / {r.duplicated}")} | {cells(alo, "{r.missing} / {r.duplicated}")} |
 | **throughput ratio to atLeastOnce** | **{shown(alo_s / eo_s, ".2f")}** | **{shown(alo_s / ex_s, ".2f")}** | |
+| **wall time ratio to atLeastOnce** | **{shown(alo_w / eo_w, ".2f")}** | **{shown(alo_w / ex_w, ".2f")}** | |
 | **peak memory ratio to atLeastOnce** | **{shown(eo_mem / alo_mem, ".2f")}** | **{shown(ex_mem / alo_mem, ".2f")}** | |
 
 {machine()}
