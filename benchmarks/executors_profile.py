@@ -65,11 +65,11 @@ def _count(batches: Iterator[Any]) -> Iterator[Any]:
     yield pa.RecordBatch.from_pydict({"n": pa.array([sum(b.num_rows for b in batches)], pa.int64())})
 
 
-def _walk(batches: Iterator[Any], each: Callable[[tuple[Any, ...]], None] | None = None) -> int:
+def _walk(batches: Iterator[Any], topic: str, each: Callable[[tuple[Any, ...]], None] | None = None) -> int:
     from job_runtime.kafka.task_chunks import batch_rows
 
     n = 0
-    for row in (row for batch in batches for row in batch_rows(batch)):
+    for row in (row for batch in batches for row in batch_rows(batch, topic)):
         if each is not None:
             each(row)
         n += 1
@@ -82,8 +82,8 @@ def _result(n: int) -> Any:
     return pa.RecordBatch.from_pydict({"n": pa.array([n], pa.int64())})
 
 
-def _rows_only(batches: Iterator[Any]) -> Iterator[Any]:
-    yield _result(_walk(batches))
+def _rows_only(topic: str, batches: Iterator[Any]) -> Iterator[Any]:
+    yield _result(_walk(batches, topic))
 
 
 def _producer(bootstrap: str, transactional_id: str | None) -> Any:
@@ -116,7 +116,7 @@ def _produce_body(bootstrap: str, topic: str, transactional: bool, run_id: str) 
         if transactional:
             init_transactions(producer, topic, 60)
             producer.begin_transaction()
-        n = _walk(batches, send)
+        n = _walk(batches, topic, send)
         if transactional:
             producer.commit_transaction(60)
         else:
@@ -135,11 +135,12 @@ def run_stage(spark: Any, stage: str, bootstrap: str, source: str, target: str, 
     from job_runtime.kafka.task_publish import RESULT_SCHEMA, digest_partition
 
     df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", source).load()
-          .select(F.lit(target).alias("topic"), F.col("key").cast("string").cast("binary").alias("key"),
+          .select(F.col("key").cast("string").cast("binary").alias("key"),
                   F.col("value").cast("string").cast("binary").alias("value"),
                   *([F.lit(None).cast("map<string,string>").alias("headers")] if headers else [])))
     bodies: dict[str, Callable[[Iterator[Any]], Iterator[Any]]] = {
-        "arrow": _count, "arrow+headers": _count, "rows": _rows_only, "digest": functools.partial(digest_partition, {}),
+        "arrow": _count, "arrow+headers": _count, "rows": functools.partial(_rows_only, target),
+        "digest": functools.partial(digest_partition, {}, target),
         "produce": _produce_body(bootstrap, target, False, run_id), "transaction": _produce_body(bootstrap, target, True, run_id),
     }
     busy0, total0 = cpu_ticks()
@@ -148,7 +149,7 @@ def run_stage(spark: Any, stage: str, bootstrap: str, source: str, target: str, 
         df.write.format("noop").mode("overwrite").save()
         n = -1
     elif stage == "spark-writer":
-        df.select("topic", "key", "value").write.format("kafka").option("kafka.bootstrap.servers", bootstrap).save()
+        df.select("key", "value").write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", target).save()
         n = -1
     else:
         schema = RESULT_SCHEMA if stage == "digest" else RESULT  # the sink's own digest task reports `records`

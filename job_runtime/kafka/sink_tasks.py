@@ -155,8 +155,9 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
         rows = records(batch, self.kafka)
         # no headers column when the sink sets none: a column of null maps costs the Arrow hand-over to the
         # tasks three times its time without it (docs/benchmarks/kafka-executors-profile.md); the tasks read none
-        rows = rows.select("topic", F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"),
-                           *(["headers"] if self.kafka.headers_column else []))
+        # no topic column either when every record goes to the sink's topic: the tasks take it from the plan
+        rows = rows.select(*(["topic"] if self.kafka.topic_column else []), F.col("key").cast("binary").alias("key"),
+                           F.col("value").cast("binary").alias("value"), *(["headers"] if self.kafka.headers_column else []))
         tasks = rows.rdd.getNumPartitions()
         self.ensure_marker_partitions(max(tasks, 1))
         markers = self.task_markers()
@@ -206,7 +207,7 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
         records changed. Without it a query that is not deterministic could publish elsewhere records the
         changed partition had sent."""
         bounds = {p: marker.upto for p, marker in published.items() if marker is not None and not marker.complete}
-        found = {r["partition"]: r for r in rows.mapInArrow(functools.partial(digest_partition, bounds), RESULT_SCHEMA).collect()}
+        found = {r["partition"]: r for r in rows.mapInArrow(functools.partial(digest_partition, bounds, self.kafka.topic), RESULT_SCHEMA).collect()}
         for p, marker in sorted(published.items()):
             assert marker is not None
             got = RowDigest.parse(found[p]["rows"], found[p]["records"])

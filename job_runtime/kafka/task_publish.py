@@ -207,9 +207,10 @@ def warm_worker(batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch
                                       "seconds": [time.monotonic() - started]})
 
 
-def digest_partition(bounds: dict[int, int], batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
+def digest_partition(bounds: dict[int, int], topic: str, batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
     """mapInArrow body: this task's record digest and count, nothing sent (the driver's check of a re-run);
-    of the records below `bounds[partition]` (a partial marker's `upto`) when the partition has one."""
+    of the records below `bounds[partition]` (a partial marker's `upto`) when the partition has one. `topic`:
+    the records' topic when the batch has no topic column."""
     from pyspark import TaskContext
 
     started = time.monotonic()
@@ -218,11 +219,11 @@ def digest_partition(bounds: dict[int, int], batches: Iterator["pa.RecordBatch"]
     upto = bounds.get(partition, BUCKETS)
     digest = RowDigest()
     for batch in batches:
-        for topic, key, value, headers in batch_rows(batch):
+        for record_topic, key, value, headers in batch_rows(batch, topic):
             if upto >= BUCKETS:
-                digest.add(topic, key, value, headers)
+                digest.add(record_topic, key, value, headers)
             else:
-                hashed = record_hash(topic, key, value, headers)
+                hashed = record_hash(record_topic, key, value, headers)
                 if bucket(hashed) < upto:
                     digest.add_hash(hashed)
     yield _result(partition, "digest", digest, started)
@@ -245,7 +246,7 @@ def _decide_and_send(plan: TaskPlan, partition: int, producer: Any, consumer: An
     if decision == "check":
         assert marker is not None
         for batch in batches:  # every record: the state stores of the batch must commit too
-            for topic, key, value, headers in batch_rows(batch):
+            for topic, key, value, headers in batch_rows(batch, plan.kafka.topic):
                 digest.add(topic, key, value, headers)
         check_rows(marker, partition, plan.batch_id, digest)
         return "skipped", digest
@@ -263,7 +264,7 @@ def _decide_and_send(plan: TaskPlan, partition: int, producer: Any, consumer: An
     producer.begin_transaction()
     try:
         for batch in batches:
-            for topic, key, value, headers in batch_rows(batch):
+            for topic, key, value, headers in batch_rows(batch, plan.kafka.topic):
                 digest.add(topic, key, value, headers)
                 produce(producer, topic, key, value, headers)
                 if digest.count % chunks.CHECK_EVERY == 0 and chunks.out_of_time(time.monotonic() - opened, timeout_ms):

@@ -147,6 +147,19 @@ def test_a_task_reads_headers_only_when_the_batch_carries_them() -> None:
     assert digest_of(list(batch_rows(plain))).hex == digest_of(list(batch_rows(nulls))).hex
 
 
+def test_a_task_takes_the_sinks_topic_when_the_batch_carries_no_topic_column() -> None:
+    import pyarrow as pa
+
+    from job_runtime.kafka.task_chunks import batch_rows
+
+    with_topic = pa.RecordBatch.from_pydict({"topic": ["out", "out"], "key": [b"k0", None], "value": [b"v0", b"v1"]})
+    without = with_topic.drop_columns(["topic"])
+    assert list(batch_rows(without, "out")) == list(batch_rows(with_topic)) == [("out", b"k0", b"v0", None), ("out", None, b"v1", None)]
+    # the same records hash the same either way: markers written with the column stay valid
+    assert digest_of(list(batch_rows(without, "out"))).hex == digest_of(list(batch_rows(with_topic))).hex
+    assert digest_of(list(batch_rows(without, "other"))).hex != digest_of(list(batch_rows(with_topic))).hex
+
+
 def test_a_tasks_plan_unpickles_in_a_python_worker_without_the_job_models(tmp_path) -> None:
     """Each Python worker of the executors unpickles the batch's plan: the job definition's pydantic models
     cost it about 0.2 s of CPU and 12 MB, so the plan carries plain values (TaskSink, SaslClient)."""
