@@ -50,8 +50,9 @@ def spill_dir() -> Path:
 
 def batch_rows(batch: "pa.RecordBatch", topic: str | None = None) -> Iterator[Row]:
     """(topic, key, value, headers) of every record of an Arrow batch; headers None without that column, the
-    topic `topic` without one (a sink with no topicColumn sends no topic column: the same string a record,
-    made in the JVM, handed over and made a Python object again, cost about 5 % of a task's time)."""
+    topic `topic` without one (a sink with no topicColumn sends no topic column: the same string a record, that the
+    JVM wrote into every Arrow batch and this worker made a Python object again; without it the rows and their
+    digest took 0.04-0.2 s less a million records here, a task's whole path about 3.3 s)."""
     columns = batch.to_pydict()
     headers = columns["headers"] if "headers" in columns else itertools.repeat(None, batch.num_rows)
     topics = columns["topic"] if "topic" in columns else itertools.repeat(topic, batch.num_rows)
