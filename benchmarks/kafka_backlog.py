@@ -258,8 +258,7 @@ alternating between repeats, each to a fresh topic and checkpoint. The modes:
 
 Query time is the runtime's "started query" to "finished query" (JVM start-up excluded); the
 process's wall time runs from the runtime's launch to its exit, so it also counts the JVM's and the
-session's start and the sink's own start (its producers' initialisation, and with the executors
-producing the start of the tasks' Python workers, which overlaps it); peak
+session's start and the sink's own start (its transactional producers' initialisation); peak
 memory is the driver's process tree: the RSS of the runtime's Python process and its JVM (which in
 `local[2]` also runs the tasks) and the PSS of the tasks' Python workers (pyspark's daemon puts them
 in a process group of their own; PSS so that the pages they share with the daemon count once),

@@ -35,7 +35,6 @@ from job_runtime.kafka.marker import KafkaSinkError, Marker
 from job_runtime.kafka.send import init_transactions
 from job_runtime.kafka.sink import ExactlyOnceKafkaWriter, SinkIdentity, records
 from job_runtime.kafka.task_publish import RESULT_SCHEMA, TaskPlan, TaskSink, digest_partition, publish_partition
-from job_runtime.kafka.warm import warm_workers
 from job_runtime.kafka.tasks import RowDigest, TaskMarker, check_rows, marker_topic, published_until, stray_partitions, task_decision, task_transactional_id
 from streamjob_contract.jobdef import KafkaSink
 
@@ -59,8 +58,6 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
         self._epoch = portable() if portable is not None else None
 
     def start(self, spark: Any = None) -> None:
-        if spark is not None:
-            warm_workers(spark)  # the tasks' Python workers start while the producers initialise (job_runtime.kafka.warm)
         self._ensure_clients()
         self.fence_tasks()
         super().start(spark)

@@ -186,27 +186,6 @@ def publish_partition(plan: TaskPlan, batches: Iterator["pa.RecordBatch"]) -> It
     yield _result(partition, status, digest, started)
 
 
-WARM_SCHEMA = "partition int, pid int, seconds double"
-
-
-def warm_worker(batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
-    """mapInArrow body of the start-up job that starts the tasks' Python workers (job_runtime.kafka.warm): this
-    worker loads what a publishing task uses (librdkafka, Arrow, this module), and pyspark keeps it for batch 0."""
-    import os
-
-    import confluent_kafka  # noqa: F401  (librdkafka, loaded once per worker)
-    import pyarrow as pa
-    from pyspark import TaskContext
-
-    started = time.monotonic()
-    for _ in batches:
-        pass
-    context = TaskContext.get()
-    partition = context.partitionId() if context is not None else 0
-    yield pa.RecordBatch.from_pydict({"partition": pa.array([partition], pa.int32()), "pid": pa.array([os.getpid()], pa.int32()),
-                                      "seconds": [time.monotonic() - started]})
-
-
 def digest_partition(bounds: dict[int, int], topic: str, batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
     """mapInArrow body: this task's record digest and count, nothing sent (the driver's check of a re-run);
     of the records below `bounds[partition]` (a partial marker's `upto`) when the partition has one. `topic`:
