@@ -30,9 +30,12 @@ def kafka_writer(df: "DataFrame", kafka: KafkaSink, output_mode: str, identity: 
             )
         else:
             shaped = shaped.drop("headers")
+        # Spark's writer sends every row to its "topic" option when it is set, whatever the topic column says:
+        # with a topicColumn the column (already the sink's topic where the row names none) must decide
+        topic = {} if kafka.topic_column else {"topic": kafka.topic}
         return (
             shaped.writeStream.outputMode(output_mode).format("kafka")
-            .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("topic", kafka.topic)
+            .option("kafka.bootstrap.servers", kafka.bootstrap_servers).options(**topic)
             .options(**kafka_auth.spark_options(kafka.sasl, "sink", "sink.kafka"))
         )
     if kafka.producers == KafkaProducers.executors:
