@@ -127,8 +127,10 @@ class SinkIdentity:
 
 
 def records(df: "DataFrame", kafka: KafkaSink) -> "DataFrame":
-    """`df` as topic/key/value/headers columns: the value is valueColumn, or JSON of every
-    column but the topic and headers columns."""
+    """`df` as key/value/headers columns, and a topic column first when the sink has a topicColumn (a null
+    topic becomes the sink's `topic`): without one every record goes to the sink's `topic`, and a column
+    holding that same string a record would cost every batch its building, shipping and reading back. The
+    value is valueColumn, or JSON of every column but the topic and headers columns."""
     from pyspark.sql import functions as F
 
     special = {c for c in (kafka.topic_column, kafka.headers_column) if c}  # not part of the JSON value
@@ -140,10 +142,10 @@ def records(df: "DataFrame", kafka: KafkaSink) -> "DataFrame":
         value = F.col(kafka.value_column).cast("string")
     else:
         value = F.to_json(F.struct(*[F.col(c) for c in df.columns if c not in special]))
-    topic = F.coalesce(F.col(kafka.topic_column).cast("string"), F.lit(kafka.topic)) if kafka.topic_column else F.lit(kafka.topic)
+    topic = [F.coalesce(F.col(kafka.topic_column).cast("string"), F.lit(kafka.topic)).alias("topic")] if kafka.topic_column else []
     key = F.col(kafka.key_column).cast("string") if kafka.key_column else F.lit(None).cast("string")
     headers = F.col(kafka.headers_column) if kafka.headers_column else F.lit(None).cast("map<string,string>")
-    return df.select(topic.alias("topic"), key.alias("key"), value.alias("value"), headers.alias("headers"))
+    return df.select(*topic, key.alias("key"), value.alias("value"), headers.alias("headers"))
 
 
 class ExactlyOnceKafkaWriter:
@@ -284,9 +286,10 @@ class ExactlyOnceKafkaWriter:
         try:
             producer.begin_transaction()
             # one partition at a time, freed once sent: the driver holds at most one of a capped batch
+            routed = bool(self.kafka.topic_column)  # else no topic column: every record to the sink's topic
             for row in rows_by_partition(rows):
                 headers = row["headers"].items() if row["headers"] else None
-                produce(producer, row["topic"], row["key"], row["value"], headers)
+                produce(producer, row["topic"] if routed else self.kafka.topic, row["key"], row["value"], headers)
                 count += 1
             marker = [TopicPartition(self.kafka.topic, MARKER_PARTITION, batch_id + 1, Marker(batch_id, digest).metadata())]
             timeout = self.kafka.transaction_timeout_ms / 1000  # the broker aborts it then anyway

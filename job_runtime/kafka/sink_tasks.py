@@ -152,7 +152,7 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
         rows = records(batch, self.kafka)
         # no headers column when the sink sets none: a column of null maps costs the Arrow hand-over to the
         # tasks three times its time without it (docs/benchmarks/kafka-executors-profile.md); the tasks read none
-        # no topic column either when every record goes to the sink's topic: the tasks take it from the plan
+        # no topic column either when every record goes to the sink's topic (records): the tasks take it from the plan
         rows = rows.select(*(["topic"] if self.kafka.topic_column else []), F.col("key").cast("binary").alias("key"),
                            F.col("value").cast("binary").alias("value"), *(["headers"] if self.kafka.headers_column else []))
         tasks = rows.rdd.getNumPartitions()
