@@ -48,9 +48,9 @@ def spill_dir() -> Path:
     return Path(local) if local and Path(local).is_dir() else Path(tempfile.gettempdir())
 
 
-def batch_rows(batch: "pa.RecordBatch", topic: str | None = None) -> Iterator[Row]:
+def batch_rows(batch: "pa.RecordBatch", topic: str) -> Iterator[Row]:
     """(topic, key, value, headers) of every record of an Arrow batch; headers None without that column, the
-    topic `topic` without one (a sink with no topicColumn sends no topic column: the same string a record, that the
+    topic `topic` (the sink's) without one (a sink with no topicColumn sends no topic column: the same string a record, that the
     JVM wrote into every Arrow batch and this worker made a Python object again; without it the rows and their
     digest took 0.04-0.2 s less a million records here, a task's whole path about 3.3 s)."""
     columns = batch.to_pydict()
@@ -101,7 +101,7 @@ class Indexed:
     """The partition's records with their bucket (an uint16 column), its histogram, and the digests
     of the records below `upto` (already published) and of all of them."""
 
-    def __init__(self, batches: Iterable["pa.RecordBatch"], upto: int, directory: Path, topic: str | None = None) -> None:
+    def __init__(self, batches: Iterable["pa.RecordBatch"], upto: int, directory: Path, topic: str) -> None:
         import pyarrow as pa
 
         self.topic = topic  # the records' topic when the batches have no topic column (batch_rows)

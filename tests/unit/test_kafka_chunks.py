@@ -58,7 +58,7 @@ def test_the_index_covers_every_record_once_and_digests_what_a_partial_marker_pu
     spill = Spill(tmp_path)
     for batch in arrow(rows):
         spill.write(batch)
-    indexed = Indexed(spill.batches(), upto, tmp_path)
+    indexed = Indexed(spill.batches(), upto, tmp_path, "out")
     whole = RowDigest()
     below = RowDigest()
     for row in rows:
