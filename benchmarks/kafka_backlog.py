@@ -13,7 +13,8 @@ driver memory, `Trigger.AvailableNow`; once with `delivery: exactlyOnce` and
 once with `delivery: atLeastOnce` (Spark's own Kafka writer), alternating which
 goes first, each to a fresh topic and checkpoint. Per run: the exit code, the
 query time (the runtime's "started query" to "finished query" log lines, as
-kafka_bench), the batches planned, the peak memory of the driver's process tree
+kafka_bench), the process's wall time (launch to exit: the JVM's and the
+session's start and the sink's set-up counted), the batches planned, the peak memory of the driver's process tree
 (the runtime's Python process, its JVM and the tasks' Python workers,
 sampled every 0.2 s from /proc: tree_memory),
 and what a read_committed consumer sees (missing and duplicated records).
