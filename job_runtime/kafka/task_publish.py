@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from job_runtime.kafka import auth as kafka_auth
 from job_runtime.kafka import chunks
 from job_runtime.kafka.marker import KafkaSinkError
-from job_runtime.kafka.send import init_transactions, produce
-from job_runtime.kafka.task_chunks import abort, batch_rows, commit_marker, publish_in_chunks, replay_token
+from job_runtime.kafka.send import batch_rows, init_transactions, produce
+from job_runtime.kafka.task_chunks import abort, commit_marker, publish_in_chunks, replay_token
 from job_runtime.kafka.tasks import BUCKETS, RowDigest, TaskMarker, bucket, check_rows, record_hash, task_decision, task_transactional_id
 
 if TYPE_CHECKING:

@@ -28,8 +28,6 @@ def kafka_writer(df: "DataFrame", kafka: KafkaSink, output_mode: str, identity: 
             shaped = shaped.withColumn(
                 "headers", F.expr("transform(map_entries(headers), e -> named_struct('key', e.key, 'value', cast(e.value as binary)))")
             )
-        else:
-            shaped = shaped.drop("headers")
         # Spark's writer sends every row to its "topic" option when it is set, whatever the topic column says:
         # with a topicColumn the column (already the sink's topic where the row names none) must decide
         topic = {} if kafka.topic_column else {"topic": kafka.topic}

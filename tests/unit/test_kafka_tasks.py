@@ -136,7 +136,7 @@ def test_a_tasks_refusal_is_told_without_sparks_wrapping() -> None:
 def test_a_task_reads_headers_only_when_the_batch_carries_them() -> None:
     import pyarrow as pa
 
-    from job_runtime.kafka.task_chunks import batch_rows
+    from job_runtime.kafka.send import batch_rows
 
     plain = pa.RecordBatch.from_pydict({"topic": ["out", "out"], "key": [b"k0", None], "value": [b"v0", b"v1"]})
     with_headers = plain.append_column("headers", pa.array([[("h", "x")], None], pa.map_(pa.string(), pa.string())))
@@ -150,7 +150,7 @@ def test_a_task_reads_headers_only_when_the_batch_carries_them() -> None:
 def test_a_task_takes_the_sinks_topic_when_the_batch_carries_no_topic_column() -> None:
     import pyarrow as pa
 
-    from job_runtime.kafka.task_chunks import batch_rows
+    from job_runtime.kafka.send import batch_rows
 
     with_topic = pa.RecordBatch.from_pydict({"topic": ["out", "out"], "key": [b"k0", None], "value": [b"v0", b"v1"]})
     without = with_topic.drop_columns(["topic"])
