@@ -60,9 +60,10 @@ ENV SPARK_HOME=/opt/spark \
     PYSPARK_PYTHON=/opt/streamjob/venv/bin/python
 # Spark is pyspark's distribution (the JVM and Python sides are one version);
 # /opt/spark is its home, as in Apache Spark's images. confluent-kafka: the
-# exactly-once Kafka sink's transactions.
+# exactly-once Kafka sink's transactions; pyarrow: how its records reach Python,
+# on the driver (job_runtime/kafka/driver_rows.py) and in the tasks (mapInArrow).
 RUN --mount=type=cache,id=streamjob-pip,target=/root/.cache/pip,sharing=locked \
-    pip install --find-links /root/.cache/pip/wheelhouse -c /build/constraints.txt pyspark==4.3.0 "confluent-kafka>=2.16,<3" \
+    pip install --find-links /root/.cache/pip/wheelhouse -c /build/constraints.txt pyspark==4.3.0 "confluent-kafka>=2.16,<3" "pyarrow>=16,<27" \
  && ln -s "$(python3 -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')" /opt/spark \
  && mkdir -p /opt/spark/work-dir && chown 185:185 /opt/spark/work-dir
 # The jars, resolved by Maven straight into Spark's jar directory: s3a://

@@ -55,14 +55,17 @@ def test_images_run_as_non_root_and_hold_no_test_tooling(image: str, run: Any) -
     assert out.strip() == "absent"
 
 
-def test_runtime_image_has_java_17_spark_and_the_s3a_jars(run: Any) -> None:
+def test_runtime_image_has_java_17_spark_the_s3a_jars_and_arrow(run: Any) -> None:
+    # pyarrow: the Kafka sink reads its records as Arrow batches on the driver and in the tasks
     code, out = run(RUNTIME, ["sh", "-c", "java -version 2>&1 | head -n1; ls $SPARK_HOME/jars | grep -E "
-                              "'^(spark-core_2.13|hadoop-aws|bundle)-' | sort; python3 -c 'import pyspark; print(pyspark.__version__)'"])
+                              "'^(spark-core_2.13|hadoop-aws|bundle)-' | sort; python3 -c 'import pyspark; print(pyspark.__version__)'; "
+                              "python3 -c 'import pyarrow; print(\"pyarrow\", pyarrow.__version__)' 2>&1 | tail -n1"])
     assert code == 0, out
     lines = out.splitlines()
     assert lines[0].startswith('openjdk version "17.'), out
     assert [line.split("-")[0] for line in lines[1:4]] == ["bundle", "hadoop", "spark"], out
-    assert lines[-1] == "4.3.0"
+    assert lines[-2] == "4.3.0", out
+    assert lines[-1].startswith("pyarrow "), out
 
 
 def test_runtime_image_writes_nowhere_but_tmp(tmp_path: Path, run: Any) -> None:

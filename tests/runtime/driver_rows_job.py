@@ -57,8 +57,11 @@ def settled_held_jobs(deadline: float = 20.0) -> int:
 
 def each_batch(batch, batch_id):
     ordered = batch.selectExpr("CAST(value AS BIGINT) AS n").repartitionByRange(3, "n").sortWithinPartitions("n")
-    rows = rows_by_partition(ordered) if reader == "driver_rows" else ordered.toLocalIterator(prefetchPartitions=True)
-    seen.append([row["n"] for row in rows])
+    if reader == "driver_rows":  # in the sink's record shape (job_runtime.kafka.sink.records): binary key and value
+        records = ordered.selectExpr("CAST(CAST(n AS STRING) AS BINARY) AS key", "CAST(CAST(n AS STRING) AS BINARY) AS value")
+        seen.append([int(value) for _topic, _key, value, _headers in rows_by_partition(records, "out")])
+    else:
+        seen.append([row["n"] for row in ordered.toLocalIterator(prefetchPartitions=True)])
 
 
 query = (
