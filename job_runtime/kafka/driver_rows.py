@@ -49,9 +49,13 @@ def rows_by_partition(df: "DataFrame", topic: str) -> Iterator[Row]:
     spark = df.sparkSession
     sc = spark.sparkContext
     jvm: Any = sc._jvm
-    large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
-    schema = to_arrow_schema(df.schema, prefers_large_types=large)  # the JVM's batches carry no schema
-    batches = df._jdf.toArrowBatchRdd().toJavaRDD()  # one Arrow IPC record batch an element
+    per_batch = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000"))
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    # The JVM's batches carry no schema: both sides are told the same types here (no large variable-width
+    # types, whatever the session says), so the bytes are read with the schema they were written with.
+    schema = to_arrow_schema(df.schema, error_on_duplicated_field_names_in_struct=True, timezone=zone,
+                             prefers_large_types=False)
+    batches = df._jdf.toArrowBatchRdd(per_batch, zone, True, False).toJavaRDD()  # one Arrow IPC record batch an element
     for index in range(batches.getNumPartitions()):
         sock_info = run_unfiled(sc, lambda index=index: jvm.PythonRDD.runJob(sc._jsc.sc(), batches, [index]))
         with _load_from_socket(sock_info, NoOpSerializer()) as stream:

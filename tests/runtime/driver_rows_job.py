@@ -30,6 +30,10 @@ spark = (
     .config("spark.driver.host", "127.0.0.1")
     .config("spark.driver.bindAddress", "127.0.0.1")
     .config("spark.sql.shuffle.partitions", "3")
+    # the reader asks the JVM for the Arrow types it reads with, whatever the session's own settings say;
+    # and a partition of 500 rows comes as three Arrow batches
+    .config("spark.sql.execution.arrow.useLargeVarTypes", "true")
+    .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
     .getOrCreate()
 )
 spark.sparkContext.setLogLevel("ERROR")
