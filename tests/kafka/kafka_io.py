@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -88,46 +88,59 @@ def produce_backlog(bootstrap: str, topic: str, records: int, value_bytes: int =
     assert left == 0, f"{left} records to {topic} were not acknowledged within 300s"
 
 
-def count_backlog(bootstrap: str, topic: str, records: int, *, timeout: float = 300.0) -> tuple[int, int, int]:
-    """(missing, duplicated, foreign) of a produce_backlog backlog as a read_committed consumer sees it on
-    `topic`: keys never seen, extra copies of keys seen, records with another key. Reads to the end of
-    every partition (after every key was seen, or after 10 s without a record); counts, holds nothing."""
+def read_to_end(bootstrap: str, topics: list[str], on_record: Callable[[Any], None], *, timeout: float,
+                enough: Callable[[], bool] = lambda: True, quiet: float = 10.0) -> bool:
+    """Hands every record of `topics` to `on_record`, as a read_committed consumer from the beginning, until it is
+    at the end of every partition of every topic and `enough()` holds (or `quiet` seconds passed without a
+    record); holds nothing. False when `timeout` came first."""
     from confluent_kafka import Consumer, KafkaError
 
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
         "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
     })
-    consumer.subscribe([topic])
-    counts = bytearray(records)
-    seen = foreign = duplicated = 0
-    eof: set[int] = set()
+    consumer.subscribe(topics)
+    at_end: set[tuple[str, int]] = set()
     deadline = time.monotonic() + timeout
     last = time.monotonic()
     try:
         while time.monotonic() < deadline:
-            batch = consumer.consume(10000, 0.5)
-            for msg in batch:
+            for msg in consumer.consume(10000, 0.5):
+                where = (msg.topic(), msg.partition())
                 if msg.error():
                     if msg.error().code() != KafkaError._PARTITION_EOF:
-                        raise AssertionError(f"consuming {topic}: {msg.error()}")
-                    eof.add(msg.partition())
+                        raise AssertionError(f"consuming {topics}: {msg.error()}")
+                    at_end.add(where)
                     continue
-                eof.discard(msg.partition())
+                at_end.discard(where)
                 last = time.monotonic()
-                key = msg.key()
-                index = int(key) if key and key.isdigit() else -1
-                if not 0 <= index < records:
-                    foreign += 1
-                elif counts[index]:
-                    duplicated += 1
-                else:
-                    counts[index] = 1
-                    seen += 1
-            partitions = {p.partition for p in consumer.assignment()}
-            at_end = bool(partitions) and eof >= partitions
-            if at_end and (seen >= records or time.monotonic() - last > 10):
-                break
+                on_record(msg)
+            assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+            every = {t for t, _ in assigned} == set(topics) and at_end >= assigned
+            if every and (enough() or time.monotonic() - last > quiet):
+                return True
+        return False
     finally:
         consumer.close()
-    return records - seen, duplicated, foreign
+
+
+def count_backlog(bootstrap: str, topic: str, records: int, *, timeout: float = 300.0) -> tuple[int, int, int]:
+    """(missing, duplicated, foreign) of a produce_backlog backlog as a read_committed consumer sees it on
+    `topic`: keys never seen, extra copies of keys seen, records with another key. Reads to the end of
+    every partition (after every key was seen, or after 10 s without a record); counts, holds nothing."""
+    counts = bytearray(records)
+    tally = {"seen": 0, "duplicated": 0, "foreign": 0}
+
+    def count(msg: Any) -> None:
+        key = msg.key()
+        index = int(key) if key and key.isdigit() else -1
+        if not 0 <= index < records:
+            tally["foreign"] += 1
+        elif counts[index]:
+            tally["duplicated"] += 1
+        else:
+            counts[index] = 1
+            tally["seen"] += 1
+
+    read_to_end(bootstrap, [topic], count, timeout=timeout, enough=lambda: tally["seen"] >= records)
+    return records - tally["seen"], tally["duplicated"], tally["foreign"]

@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError
 from runtime_kafka import start_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
-from kafka_io import produce_backlog  # noqa: E402
+from kafka_io import produce_backlog, read_to_end  # noqa: E402
 
 RECORDS = 3_000
 
@@ -45,29 +43,14 @@ def routed_job(broker: Any, source: str, even: str, odd: str, fallback: str, pat
 def keys_by_topic(bootstrap: str, topics: list[str], *, timeout: float = 120.0) -> Counter[tuple[str, int]]:
     """(topic, key) -> copies a read_committed consumer sees, read to the end of every partition of `topics`
     (the job has exited: everything it committed is there), so a late duplicate is counted too."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4().hex[:8]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "enable.partition.eof": True})
-    consumer.subscribe(topics)
     seen: Counter[tuple[str, int]] = Counter()
-    at_end: set[tuple[str, int]] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            assert time.monotonic() < deadline, f"not at the end of {sorted(set(topics))} after {timeout} s ({sum(seen.values())} read)"
-            for msg in consumer.consume(10000, 0.5):
-                where = (msg.topic(), msg.partition())
-                if msg.error():
-                    assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                    at_end.add(where)
-                    continue
-                at_end.discard(where)
-                seen[(msg.topic(), int(msg.key()))] += 1
-            assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
-            if {t for t, _ in assigned} == set(topics) and at_end >= assigned:
-                return seen
-    finally:
-        consumer.close()
+
+    def count(msg: Any) -> None:
+        seen[(msg.topic(), int(msg.key()))] += 1
+
+    assert read_to_end(bootstrap, topics, count, timeout=timeout), \
+        f"not at the end of {sorted(set(topics))} after {timeout} s ({sum(seen.values())} read)"
+    return seen
 
 
 @pytest.mark.parametrize(("delivery", "producers"), [("exactlyOnce", "driver"), ("exactlyOnce", "executors"),
