@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("job_runtime.kafka_sink")
 
+
 def spill_dir() -> Path:
     """The executor's scratch disk: Spark's local dir when it names one, else the temporary folder."""
     local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0]

@@ -78,3 +78,37 @@ def test_the_test_bed_is_installed_as_its_own_distribution():
     assert {e.name for e in testbed.entry_points if e.group == "console_scripts"} == {"streamjob-testbed"}
     product = importlib.metadata.distribution("streamjob")
     assert {e.name for e in product.entry_points if e.group == "console_scripts"} == set(PRODUCT_SCRIPTS)
+
+
+def dockerfile_pip_requirements() -> dict[str, str]:
+    """name -> specifier of what the runtime image's pip line installs (the Dockerfile's `pip install ... pyspark==`)."""
+    import re
+
+    text = (REPO / "Dockerfile").read_text()
+    line = next(line for line in text.splitlines() if "pip install" in line and "pyspark==" in line)
+    found = re.findall(r'"([A-Za-z0-9_.-]+)([<>=!~][^"]*)"|\b(pyspark)(==[0-9.]+)', line)
+    return {(a or c).lower(): (b or d) for a, b, c, d in found}
+
+
+def test_the_runtime_image_installs_the_products_runtime_dependencies_within_their_declared_ranges():
+    """The image's pip line and pyproject.toml say the same ranges, and the image's pins satisfy them:
+    a pyarrow raised in one and not the other is caught here, not in a job's first batch."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    declared = {Requirement(r).name.lower(): Requirement(r).specifier
+                for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    image = dockerfile_pip_requirements()
+    assert {"pyspark", "confluent-kafka", "pyarrow"} <= set(image), image
+    pins = {line.split("==")[0].strip().lower(): line.split("==")[1].strip()
+            for line in (REPO / "images" / "constraints.txt").read_text().splitlines()
+            if "==" in line and not line.lstrip().startswith("#")}
+    for name, spec in image.items():
+        if spec.startswith("=="):  # pinned in the image: inside the product's range
+            assert spec[2:] in declared[name], f"Dockerfile installs {name}{spec}, pyproject.toml says {declared[name]}"
+        else:
+            assert SpecifierSet(spec) == declared[name], f"Dockerfile says {name}{spec}, pyproject.toml {declared[name]}"
+        if name in pins:
+            assert pins[name] in declared[name], f"images/constraints.txt pins {name}=={pins[name]}, outside {declared[name]}"
