@@ -49,7 +49,7 @@ def rows_by_partition(df: "DataFrame", topic: str) -> Iterator[Row]:
     spark = df.sparkSession
     sc = spark.sparkContext
     jvm: Any = sc._jvm
-    per_batch = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000"))
+    per_batch = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch") or 10_000)
     zone = spark.conf.get("spark.sql.session.timeZone")
     # The JVM's batches carry no schema: both sides are told the same types here (no large variable-width
     # types, whatever the session says), so the bytes are read with the schema they were written with.

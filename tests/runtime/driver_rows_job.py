@@ -39,6 +39,7 @@ spark = (
 spark.sparkContext.setLogLevel("ERROR")
 scheduler = spark.sparkContext._jsc.sc().dagScheduler()
 seen: list[list[int]] = []
+first: list[int] = []  # the one record a stopped reader read, a batch
 
 
 def held_jobs() -> int:
@@ -63,6 +64,11 @@ def each_batch(batch, batch_id):
     ordered = batch.selectExpr("CAST(value AS BIGINT) AS n").repartitionByRange(3, "n").sortWithinPartitions("n")
     if reader == "driver_rows":  # in the sink's record shape (job_runtime.kafka.sink.records): binary key and value
         records = ordered.selectExpr("CAST(CAST(n AS STRING) AS BINARY) AS key", "CAST(CAST(n AS STRING) AS BINARY) AS value")
+        # a reader stopped after one record (the sink's publish failing) lets go of the partition it had
+        # fetched ahead; the batch is then read again in full
+        stopped = rows_by_partition(records, "out")
+        first.append(int(next(stopped)[2]))
+        stopped.close()
         seen.append([int(value) for _topic, _key, value, _headers in rows_by_partition(records, "out")])
     else:
         seen.append([row["n"] for row in ordered.toLocalIterator(prefetchPartitions=True)])
@@ -74,5 +80,5 @@ query = (
     .trigger(availableNow=True).start()
 )
 query.awaitTermination(240)
-print(json.dumps({"seen": seen, "batches": query.lastProgress["batchId"] + 1, "held": settled_held_jobs()}))
+print(json.dumps({"seen": seen, "first": first, "batches": query.lastProgress["batchId"] + 1, "held": settled_held_jobs()}))
 spark.stop()

@@ -28,6 +28,9 @@ def test_the_driver_reads_every_row_in_partition_order_and_spark_holds_no_finish
     assert all(values == sorted(values) and len(values) == 1500 for values in ours["seen"])
     assert sorted(n for values in ours["seen"] for n in values) == list(range(BATCHES * 1500))
     assert ours["held"] == 0
+    # a reader stopped early had read the batch's first record; nothing it fetched ahead got in the way
+    assert ours["first"] == [values[0] for values in ours["seen"]]
+    assert sorted(ours["first"]) == [b * 1500 for b in range(BATCHES)]  # a file a batch, in any order
 
     # what the reader works around: toLocalIterator's partitions stay on the driver, one job per partition
     # read, batch after batch (when a Spark release stops this, the workaround can go)
