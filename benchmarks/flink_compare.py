@@ -445,7 +445,7 @@ once on both sides.
   `sink.kafka.delivery: exactlyOnce` (one Kafka transaction per micro-batch),
   `Trigger.AvailableNow`, `local[2]`, RocksDB state store; one row per configuration.
   The first is what a user gets who sets nothing: the operator's default
-  `statePartitions` (8) and no `maxOffsetsPerTrigger` (the sink's batch cap, 300,000 records
+  `statePartitions` (8) and no `maxOffsetsPerTrigger` (the sink's batch cap, 600,000 records
   at the default `transactionTimeoutMs`, decides).
 - **Flink**: PyFlink {flink_env.PYFLINK_VERSION} (`apache-flink` from PyPI, in its own virtualenv),
   the Table API running Flink SQL (`TUMBLE` windowing TVF, no Python UDF), local mini-cluster,

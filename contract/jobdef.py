@@ -251,9 +251,10 @@ class KafkaSink(Model):
     transaction_timeout_ms: int = Field(
         default=60_000, alias="transactionTimeoutMs", ge=MIN_TRANSACTION_TIMEOUT_MS, le=MAX_TRANSACTION_TIMEOUT_MS,
         description="transaction.timeout.ms of the exactly-once producer, at most the broker's transaction.max.timeout.ms "
-        "(15 minutes by default). It also caps the batch: the job's Kafka sources plan at most timeout in seconds x 5,000 "
-        "records a batch (300,000 at the default), x 20,000 with producers: executors (1,200,000); a smaller "
-        "maxOffsetsPerTrigger is kept, docs/delivery.md.",
+        "(15 minutes by default). It also caps the batch: the job's Kafka sources plan at most timeout in seconds x 10,000 "
+        "records a batch (600,000 at the default), x 20,000 with producers: executors (1,200,000); a smaller "
+        "maxOffsetsPerTrigger is kept. With producers: driver a Spark partition reads at most 75,000 records "
+        "(maxRecordsPerPartition; a smaller one is kept), docs/delivery.md.",
     )
     producers: KafkaProducers = Field(
         default=KafkaProducers.driver,

@@ -8,17 +8,23 @@ One micro-batch is one Kafka transaction, produced by the driver, and it must co
 within `transactionTimeoutMs`, or the broker aborts it and the batch, replayed with
 the same offsets, fails the same way for ever (issue 26). So the batch is capped in
 records: the timeout times a floor on the driver's publish rate, halved for the
-planning, reading and commit around the records. The floor is conservative (the
-driver did 12 k records/s on two cores at load 7-8; docs/benchmarks/kafka-backlog.md),
-so the default 60 s gives 300,000 records a batch. The cap also bounds memory: the
-driver holds one partition of one batch at a time (job_runtime.kafka.driver_rows) and the producer's
-queue is bounded, so a batch of at most `cap` records fits whatever the backlog.
+planning, reading and commit around the records. The floor, 20,000 records/s, is a
+tenth of what the driver's Arrow path publishes on two cores (about 200,000/s,
+docs/benchmarks/kafka-backlog-5m-default.md), so the default 60 s gives 600,000 records a
+batch. The cap also bounds memory: the driver holds one Spark partition of one batch at a
+time (job_runtime.kafka.driver_rows), received as one task result, and the producer's
+queue is bounded. A Spark partition holds at most PARTITION_RECORDS records: the sources are
+given Spark's `maxRecordsPerPartition`, which splits a Kafka partition's share of a large batch
+into consecutive ranges (read in order, so each partition's order is kept) and leaves a small
+batch's one range a partition: the driver's heap follows the size of the results it receives
+(docs/delivery.md#no-batch-is-too-big has the measurements).
 
 With the executors producing (`producers: executors`) each task sends its own partition in a
 transaction of its own, the driver holds no record, and a task too slow for its transaction sends
 in chunks (job_runtime.kafka.task_chunks) rather than failing the batch: the cap only spreads a
-backlog over batches. Its floor is a task's rate, four times the driver's, assumed for the whole
-batch in one task (one partition, or every record in one): 1,200,000 records at the default 60 s.
+backlog over batches, and no partition is split. Its floor is a task's rate, twice the driver's,
+assumed for the whole batch in one task (one partition, or every record in one): 1,200,000
+records at the default 60 s.
 Every batch pays fixed costs (planning, the logs, each task's producer and marker), which at the
 driver's cap made 167 batches of a 50 M backlog (docs/benchmarks/kafka-backlog-50m.md).
 
@@ -32,12 +38,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-RECORDS_PER_SECOND_FLOOR = 10_000  # the driver's publish rate assumed for the cap, well under what it does
+RECORDS_PER_SECOND_FLOOR = 20_000  # the driver's publish rate assumed for the cap, a tenth of what it does
 TASK_RECORDS_PER_SECOND_FLOOR = 40_000  # one task's, with the executors producing (about 130,000/s warm here)
 BUDGET_SHARE = 0.5  # of the transaction timeout, for the records themselves
 MIN_BATCH_RECORDS = 1_000  # a cap never goes below this (a halving stops here)
 MAX_OFFSETS = "maxOffsetsPerTrigger"
+PARTITION_RECORDS = 75_000  # the driver's mode: the most records one Spark partition (one task result) holds
+MAX_PARTITION = "maxRecordsPerPartition"  # Spark's Kafka source option that splits larger ranges
 CAP_NOTE = "_streamjob_batch_cap.json"  # in the checkpoint: a cap lowered after a transaction ran out of time
 TIMED_OUT_SHARE = 0.8  # a failed transaction open this share of its timeout ran out of time
 
@@ -61,15 +70,39 @@ def source_cap(cap: int, kafka_sources: int) -> int:
     return max(1, cap // max(1, kafka_sources))
 
 
-def capped_options(options: Mapping[str, str], cap: int) -> tuple[dict[str, str], str | None]:
-    """A Kafka source's options with maxOffsetsPerTrigger at most `cap`, and the user's value
-    when it was lowered ("unset" when there was none; None when it was kept)."""
+@dataclass(frozen=True)
+class SourceLimit:
+    """What an exactly-once Kafka sink asks of each Kafka source: at most `records` a batch, and, when
+    the driver produces, at most `partition_records` in one Spark partition (None: no split)."""
+
+    records: int
+    partition_records: int | None = None
+
+
+def source_limit(cap: int, kafka_sources: int, executors: bool) -> SourceLimit:
+    return SourceLimit(source_cap(cap, kafka_sources), None if executors else PARTITION_RECORDS)
+
+
+def capped_options(options: Mapping[str, str], cap: int, key: str = MAX_OFFSETS) -> tuple[dict[str, str], str | None]:
+    """A Kafka source's options with `key` (maxOffsetsPerTrigger by default) at most `cap`, and the
+    user's value when it was lowered ("unset" when there was none; None when it was kept)."""
     result = dict(options)
-    own = options.get(MAX_OFFSETS)
+    own = options.get(key)
     if own is not None and own.strip().isdigit() and int(own) <= cap:
         return result, None
-    result[MAX_OFFSETS] = str(cap)
+    result[key] = str(cap)
     return result, own if own is not None else "unset"
+
+
+def limited_options(options: Mapping[str, str], limit: SourceLimit) -> tuple[dict[str, str], dict[str, str]]:
+    """A Kafka source's options under `limit`, and the user's values it lowered, by option."""
+    result, own = capped_options(options, limit.records)
+    lowered = {MAX_OFFSETS: own} if own is not None else {}
+    if limit.partition_records is not None:
+        result, own = capped_options(result, limit.partition_records, MAX_PARTITION)
+        if own is not None:
+            lowered[MAX_PARTITION] = own
+    return result, lowered
 
 
 def kafka_offsets(line: str) -> dict[tuple[str, int], int] | None:

@@ -9,7 +9,7 @@ transaction is still sending after SEND_SHARE of `transactionTimeoutMs` (a slow
 broker, a slow query upstream of the sink in the same task, very large records),
 it is aborted before the broker would, and the attempt fails. Spark's retry of the
 task computes the partition first, onto the executor's disk, with no transaction
-open, then sends it in chunks: the first sized from the budget's floor rate, each
+open, then sends it in chunks: the first sized from a low rate (FIRST_CHUNK_RATE), each
 next one from the rate the last one showed, planned to take CHUNK_SHARE of the
 timeout. A chunk that still runs past SEND_SHARE is aborted and sent again smaller. So no transaction
 is committed after the broker could have aborted it, and no partition is replayed
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from job_runtime.kafka.budget import RECORDS_PER_SECOND_FLOOR
 from job_runtime.kafka.tasks import BUCKETS
 
 SEND_SHARE = 0.5  # of transactionTimeoutMs: a transaction still sending past this is aborted (the rest is for its commit)
 CHUNK_SHARE = 0.25  # of transactionTimeoutMs: what a chunk is planned to take at the rate measured
 CHECK_EVERY = 512  # records between two looks at the clock (out_of_time) while sending
+FIRST_CHUNK_RATE = 10_000  # records/s assumed before a chunk measured one: the task was slow (the driver's old floor)
 
 
 def out_of_time(open_seconds: float, transaction_timeout_ms: int) -> bool:
@@ -35,8 +35,8 @@ def out_of_time(open_seconds: float, transaction_timeout_ms: int) -> bool:
 
 def chunk_target(transaction_timeout_ms: int, sent: int | None = None, seconds: float | None = None) -> int:
     """Records for the next chunk: CHUNK_SHARE of the timeout at the rate measured (`sent` records in
-    `seconds`), or at the budget's floor rate when nothing was measured; at least 1."""
-    rate = sent / seconds if sent is not None and seconds is not None and seconds > 0 else RECORDS_PER_SECOND_FLOOR
+    `seconds`), or at FIRST_CHUNK_RATE when nothing was measured; at least 1."""
+    rate = sent / seconds if sent is not None and seconds is not None and seconds > 0 else FIRST_CHUNK_RATE
     return max(1, int(rate * transaction_timeout_ms / 1000 * CHUNK_SHARE))
 
 

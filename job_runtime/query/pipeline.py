@@ -15,13 +15,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from streamjob_contract.jobdef import (
-    Delivery, EventTime, JobDefinition, JobDefinitionError, Pipeline, Sink, SinkFormat, SinkKind, Source, SourceKind, Transform,
-    declared_sink, declared_sources,
+    Delivery, EventTime, JobDefinition, JobDefinitionError, KafkaProducers, Pipeline, Sink, SinkFormat, SinkKind, Source,
+    SourceKind, Transform, declared_sink, declared_sources,
 )
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from job_runtime.kafka.budget import SourceLimit
     from job_runtime.kafka.sink import SinkIdentity
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
@@ -43,9 +44,9 @@ def _first_line(err: BaseException) -> str:
 # ---- edges: reading ----------------------------------------------------------------------
 
 
-def open_source(spark: "SparkSession", source: Source, where: str, max_records: int | None = None) -> "DataFrame":
+def open_source(spark: "SparkSession", source: Source, where: str, limit: "SourceLimit | None" = None) -> "DataFrame":
     """A streaming DataFrame for one declared source; `where` is its field path for errors.
-    `max_records`: a Kafka source plans at most this many records a batch (exactly_once_source_cap)."""
+    `limit`: what a Kafka source may plan a batch (exactly_once_source_cap)."""
     reader = spark.readStream
     if source.kind == SourceKind.rate:
         return reader.format("rate").options(**source.options).load()
@@ -65,13 +66,13 @@ def open_source(spark: "SparkSession", source: Source, where: str, max_records: 
             role = f"source.{source.name}"
             kafka_auth.check(options.get("kafka.bootstrap.servers", ""), source.sasl, role, where)
             options.update(kafka_auth.spark_options(source.sasl, role, where))  # in memory only, never logged
-        if max_records is not None:
+        if limit is not None:
             from job_runtime.kafka import budget
 
-            options, own = budget.capped_options(options, max_records)
-            if own is not None:
-                log.info("capped kafka source source=%s maxOffsetsPerTrigger=%s own=%s reason=the exactly-once Kafka "
-                         "sink's transaction budget (docs/delivery.md)", source.name, options[budget.MAX_OFFSETS], own)
+            options, lowered = budget.limited_options(options, limit)
+            for key, own in lowered.items():
+                log.info("capped kafka source source=%s %s=%s own=%s reason=the exactly-once Kafka sink's transaction "
+                         "budget (docs/delivery.md)", source.name, key, options[key], own)
         return reader.format("kafka").options(**options).load()
     assert source.format is not None and source.path is not None and source.schema_ is not None  # the model's rule
     try:
@@ -166,9 +167,12 @@ def kafka_context(job: JobDefinition, error: str) -> str:
     return f" ({'; '.join(endpoints)})"
 
 
-def exactly_once_source_cap(sink: Sink | None, sources: Sequence[Source], identity: "SinkIdentity | None") -> int | None:
-    """The records each Kafka source may plan a batch when the sink is the exactly-once Kafka sink
-    (its batch cap shared among the Kafka sources), else None: other sinks take what the user set."""
+def exactly_once_source_cap(
+    sink: Sink | None, sources: Sequence[Source], identity: "SinkIdentity | None"
+) -> "SourceLimit | None":
+    """What each Kafka source may plan a batch when the sink is the exactly-once Kafka sink (its batch
+    cap shared among the Kafka sources, and with the driver producing, the records of one Spark
+    partition), else None: other sinks take what the user set."""
     if sink is None or sink.kafka is None or sink.kafka.delivery != Delivery.exactly_once:
         return None
     from job_runtime.kafka import budget
@@ -176,7 +180,8 @@ def exactly_once_source_cap(sink: Sink | None, sources: Sequence[Source], identi
 
     store = identity.fence.store if identity is not None and identity.fence is not None else None
     kafka_sources = sum(1 for s in sources if s.kind == SourceKind.kafka)
-    return budget.source_cap(batch_cap(sink.kafka, store), kafka_sources)
+    executors = sink.kafka.producers == KafkaProducers.executors
+    return budget.source_limit(batch_cap(sink.kafka, store), kafka_sources, executors)
 
 
 def sink_writer(df: "DataFrame", sink: Sink, identity: "SinkIdentity | None" = None) -> "DataStreamWriter":

@@ -144,3 +144,20 @@ def count_backlog(bootstrap: str, topic: str, records: int, *, timeout: float = 
 
     read_to_end(bootstrap, [topic], count, timeout=timeout, enough=lambda: tally["seen"] >= records)
     return records - tally["seen"], tally["duplicated"], tally["foreign"]
+
+
+def out_of_order(bootstrap: str, topic: str, *, timeout: float = 300.0) -> int:
+    """Records of a produce_backlog backlog on `topic` whose numbered key is lower than the one before it in
+    its partition, as a read_committed consumer sees them (0: each partition in the order it was produced)."""
+    last: dict[int, int] = {}
+    late = [0]
+
+    def check(msg: Any) -> None:
+        key = msg.key()
+        index = int(key) if key and key.isdigit() else -1
+        if index < last.get(msg.partition(), -1):
+            late[0] += 1
+        last[msg.partition()] = index
+
+    read_to_end(bootstrap, [topic], check, timeout=timeout)
+    return late[0]

@@ -25,10 +25,10 @@ from runtime_kafka import start_run
 from job_runtime.kafka import budget
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
-from kafka_io import count_backlog, produce_backlog  # noqa: E402
+from kafka_io import count_backlog, out_of_order, produce_backlog  # noqa: E402
 
-SHORT_TIMEOUT_MS = 5_000  # the batch cap is then 25,000 records
-BACKLOG_TIMEOUT_MS = 10_000  # 50,000 records: room for a loaded machine, still 10 times under the backlog
+SHORT_TIMEOUT_MS = 5_000  # the batch cap is then 50,000 records
+BACKLOG_TIMEOUT_MS = 10_000  # 100,000 records: room for a loaded machine, still 5 times under the backlog
 SMALL_DRIVER = ("--conf", "spark.driver.memory=512m")
 BEFORE_COMMIT = PausePoint("kafka-before-commit:1", "batch 0's transaction sent, not committed")
 
@@ -66,7 +66,7 @@ def topics(broker: Any, partitions: int) -> tuple[str, str]:
 @pytest.mark.parametrize("producers", ["driver", "executors"])
 def test_a_first_deploy_on_a_backlog_publishes_every_record_once_without_a_crash_loop(
         kafka_broker, processes, tmp_path: Path, producers: str) -> None:
-    records = 500_000  # 10 times the driver's cap of a 10 s transaction, 2.5 times the executors'
+    records = 500_000  # 5 times the driver's cap of a 10 s transaction, 2.5 times the executors'
     source, target = topics(kafka_broker, partitions=1)
     produce_backlog(kafka_broker.bootstrap, source, records)
     job = passthrough_job(kafka_broker, source, target, tmp_path / "job.json", transactionTimeoutMs=BACKLOG_TIMEOUT_MS,
@@ -87,6 +87,11 @@ def test_a_first_deploy_on_a_backlog_publishes_every_record_once_without_a_crash
     cap = budget.batch_cap(BACKLOG_TIMEOUT_MS, executors=producers == "executors")
     assert sum(sizes) == records and max(sizes) <= cap and len(sizes) >= records // cap, (cap, sizes)
     assert count_backlog(kafka_broker.bootstrap, target, records) == (0, 0, 0)  # missing, duplicated, foreign
+    # the driver's batches of 100,000 records are read as Spark partitions of at most 75,000 (consecutive ranges of
+    # the one source partition): the output keeps the source's order, as the executors' one task a batch does
+    assert out_of_order(kafka_broker.bootstrap, target) == 0
+    if producers == "driver":
+        assert "maxRecordsPerPartition=75000 own=unset" in run.log_text(), run.log_tail()
 
 
 def test_a_planned_batch_over_the_cap_is_planned_again_not_replayed(kafka_broker, processes, tmp_path: Path) -> None:
@@ -95,7 +100,7 @@ def test_a_planned_batch_over_the_cap_is_planned_again_not_replayed(kafka_broker
     produce_backlog(kafka_broker.bootstrap, source, records)
     ckpt, pauses = tmp_path / "ckpt", tmp_path / "pauses"
 
-    # 1. planned under the default budget (300,000 records: the whole backlog in batch 0), killed with its
+    # 1. planned under the default budget (600,000 records: the whole backlog in batch 0), killed with its
     # transaction sent and not committed: planned, never published
     default = passthrough_job(kafka_broker, source, target, tmp_path / "default.json")
     first = start_run(processes, tmp_path, default, ckpt, name="replan", label="planned", point=BEFORE_COMMIT)

@@ -17,13 +17,13 @@ def offsets(*lines: str) -> str:
 
 
 @pytest.mark.parametrize(("timeout_ms", "noted", "executors", "cap"), [
-    pytest.param(60_000, None, False, 300_000, id="default-timeout"),
-    pytest.param(900_000, None, False, 4_500_000, id="max-timeout"),
-    pytest.param(1_000, None, False, 5_000, id="min-timeout"),
+    pytest.param(60_000, None, False, 600_000, id="default-timeout"),
+    pytest.param(900_000, None, False, 9_000_000, id="max-timeout"),
+    pytest.param(1_000, None, False, 10_000, id="min-timeout"),
     pytest.param(60_000, 40_000, False, 40_000, id="a-note-lowers-it"),
-    pytest.param(60_000, 10_000_000, False, 300_000, id="a-note-never-raises-it"),
+    pytest.param(60_000, 10_000_000, False, 600_000, id="a-note-never-raises-it"),
     pytest.param(60_000, 10, False, budget.MIN_BATCH_RECORDS, id="never-below-the-floor"),
-    # executors: a task's transaction holds its partition only and a slow task sends in chunks: four times the cap
+    # executors: a task's transaction holds its partition only and a slow task sends in chunks: twice the cap
     pytest.param(60_000, None, True, 1_200_000, id="executors-default-timeout"),
     pytest.param(900_000, None, True, 18_000_000, id="executors-max-timeout"),
     pytest.param(1_000, None, True, 20_000, id="executors-min-timeout"),
@@ -40,7 +40,7 @@ def test_the_sink_picks_the_cap_of_its_producers() -> None:
     from streamjob_contract.jobdef import KafkaSink
 
     base = {"bootstrapServers": "kafka:9092", "topic": "out"}
-    assert batch_cap(KafkaSink.model_validate(base), None) == 300_000
+    assert batch_cap(KafkaSink.model_validate(base), None) == 600_000
     assert batch_cap(KafkaSink.model_validate({**base, "producers": "executors"}), None) == 1_200_000
     assert batch_cap(KafkaSink.model_validate({**base, "producers": "executors", "transactionTimeoutMs": 10_000}), None) == 200_000
 
@@ -55,6 +55,24 @@ def test_a_kafka_source_plans_at_most_the_cap(options: dict[str, str], expected:
     capped, lowered = budget.capped_options({"subscribe": "events", **options}, 300_000)
     assert capped == {"subscribe": "events", "maxOffsetsPerTrigger": expected}
     assert lowered == own
+
+
+@pytest.mark.parametrize(("options", "expected", "lowered"), [
+    pytest.param({}, {"maxOffsetsPerTrigger": "600000", "maxRecordsPerPartition": "75000"},
+                 {"maxOffsetsPerTrigger": "unset", "maxRecordsPerPartition": "unset"}, id="both-set"),
+    pytest.param({"maxRecordsPerPartition": "20000"}, {"maxOffsetsPerTrigger": "600000", "maxRecordsPerPartition": "20000"},
+                 {"maxOffsetsPerTrigger": "unset"}, id="a-smaller-split-kept"),
+    pytest.param({"maxOffsetsPerTrigger": "1000", "maxRecordsPerPartition": "10000000"},
+                 {"maxOffsetsPerTrigger": "1000", "maxRecordsPerPartition": "75000"},
+                 {"maxRecordsPerPartition": "10000000"}, id="a-larger-split-lowered"),
+])
+def test_with_the_driver_producing_a_spark_partition_is_bounded_too(
+        options: dict[str, str], expected: dict[str, str], lowered: dict[str, str]) -> None:
+    limit = budget.source_limit(600_000, 1, executors=False)
+    assert budget.limited_options({"subscribe": "events", **options}, limit) == ({"subscribe": "events", **expected}, lowered)
+    tasks = budget.source_limit(600_000, 1, executors=True)  # each task sends its own partition: nothing to split
+    assert budget.limited_options({"subscribe": "events"}, tasks) == (
+        {"subscribe": "events", "maxOffsetsPerTrigger": "600000"}, {"maxOffsetsPerTrigger": "unset"})
 
 
 def test_the_cap_is_shared_among_kafka_sources() -> None:
@@ -125,8 +143,11 @@ def test_only_an_exactly_once_kafka_sink_caps_the_jobs_kafka_sources() -> None:
     exactly_once = Sink.model_validate({"kind": "kafka", "kafka": kafka})
     longer = Sink.model_validate({"kind": "kafka", "kafka": {**kafka, "transactionTimeoutMs": 120_000}})
     at_least_once = Sink.model_validate({"kind": "kafka", "kafka": {**kafka, "delivery": "atLeastOnce"}})
-    assert exactly_once_source_cap(exactly_once, sources, None) == 150_000  # 300,000 shared by two sources
-    assert exactly_once_source_cap(longer, sources[:1], None) == 600_000
-    assert exactly_once_source_cap(exactly_once, rate, None) == 300_000  # nothing to cap: open_source caps Kafka only
+    executors = Sink.model_validate({"kind": "kafka", "kafka": {**kafka, "producers": "executors"}})
+    split = budget.PARTITION_RECORDS
+    assert exactly_once_source_cap(exactly_once, sources, None) == budget.SourceLimit(300_000, split)  # 600,000 shared
+    assert exactly_once_source_cap(longer, sources[:1], None) == budget.SourceLimit(1_200_000, split)
+    assert exactly_once_source_cap(exactly_once, rate, None) == budget.SourceLimit(600_000, split)  # open_source caps Kafka only
+    assert exactly_once_source_cap(executors, sources[:1], None) == budget.SourceLimit(1_200_000, None)  # tasks produce: no split
     assert exactly_once_source_cap(at_least_once, sources, None) is None
     assert exactly_once_source_cap(None, sources, None) is None

@@ -34,7 +34,7 @@ def test_a_records_bucket_depends_on_the_record_only() -> None:
 
 def test_the_chunk_size_follows_the_rate_measured_within_a_quarter_of_the_timeout() -> None:
     assert chunks.chunk_target(60_000, 10_000, 40.0) == 3_750  # 250 records/s, 15 s of a 60 s timeout
-    assert chunks.chunk_target(60_000) == 150_000  # nothing measured: the budget's floor rate (10 k/s), 15 s
+    assert chunks.chunk_target(60_000) == 150_000  # nothing measured: FIRST_CHUNK_RATE (10 k/s), 15 s
     assert chunks.chunk_target(1_000, 1, 1000.0) == 1  # never empty
     assert not chunks.out_of_time(29.9, 60_000) and chunks.out_of_time(30.1, 60_000)
 
