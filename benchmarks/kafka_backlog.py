@@ -250,11 +250,12 @@ the default driver memory, `local[2]`, `Trigger.AvailableNow`; once in each mode
 alternating between repeats, each to a fresh topic and checkpoint. The modes:
 - `exactlyOnce` with the driver producing (the default, `producers: driver`): one Kafka
   transaction per batch, the batch capped at {budget.batch_cap(60_000):,} records by the default 60 s transaction
-  timeout ([delivery.md](../delivery.md#no-batch-is-too-big));
+  timeout, read as Spark partitions of at most {budget.PARTITION_RECORDS:,} records
+  ([delivery.md](../delivery.md#no-batch-is-too-big));
 - `exactlyOnce/executors` (`producers: executors`): each task sends its partition in a transaction
   of its own with a task marker, the driver then commits the batch marker
   ([delivery.md](../delivery.md#who-produces-the-driver-or-the-executors)); the batch capped at
-  {budget.batch_cap(60_000, executors=True):,} records (a task's rate floor, four times the driver's);
+  {budget.batch_cap(60_000, executors=True):,} records (a task's rate floor, {budget.TASK_RECORDS_PER_SECOND_FLOOR / budget.RECORDS_PER_SECOND_FLOOR:g} times the driver's);
 - `atLeastOnce`: Spark's own Kafka writer, produced by the tasks, no transaction.
 
 Query time is the runtime's "started query" to "finished query" (JVM start-up excluded); the
