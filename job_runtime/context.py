@@ -59,7 +59,7 @@ class JobContext:
             raise JobContextError(f"job.sources: no source named {name!r} (declared: {declared})")
         src = self.sources[name]
         where = f"job.sources[{list(self.sources).index(name)}]"
-        cap = pipeline.exactly_once_source_cap(self.declared_sink, list(self.sources.values()), self.sink_identity())
+        cap = pipeline.exactly_once_source_limit(self.declared_sink, list(self.sources.values()), self.sink_identity())
         return pipeline.with_event_time(pipeline.open_source(self.spark, src, where, cap), src.event_time)
 
     def sink(self, df: "DataFrame") -> "DataStreamWriter":

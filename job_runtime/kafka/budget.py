@@ -87,9 +87,12 @@ def capped_options(options: Mapping[str, str], cap: int, key: str = MAX_OFFSETS)
     """A Kafka source's options with `key` (maxOffsetsPerTrigger by default) at most `cap`, and the
     user's value when it was lowered ("unset" when there was none; None when it was kept)."""
     result = dict(options)
-    own = options.get(key)
+    spelled = next((k for k in options if k.lower() == key.lower()), None)  # Spark reads source options in any case
+    own = options[spelled] if spelled is not None else None
     if own is not None and own.strip().isdigit() and int(own) <= cap:
         return result, None
+    if spelled is not None:
+        del result[spelled]
     result[key] = str(cap)
     return result, own if own is not None else "unset"
 

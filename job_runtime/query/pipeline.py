@@ -46,7 +46,7 @@ def _first_line(err: BaseException) -> str:
 
 def open_source(spark: "SparkSession", source: Source, where: str, limit: "SourceLimit | None" = None) -> "DataFrame":
     """A streaming DataFrame for one declared source; `where` is its field path for errors.
-    `limit`: what a Kafka source may plan a batch (exactly_once_source_cap)."""
+    `limit`: what a Kafka source may plan a batch (exactly_once_source_limit)."""
     reader = spark.readStream
     if source.kind == SourceKind.rate:
         return reader.format("rate").options(**source.options).load()
@@ -167,7 +167,7 @@ def kafka_context(job: JobDefinition, error: str) -> str:
     return f" ({'; '.join(endpoints)})"
 
 
-def exactly_once_source_cap(
+def exactly_once_source_limit(
     sink: Sink | None, sources: Sequence[Source], identity: "SinkIdentity | None"
 ) -> "SourceLimit | None":
     """What each Kafka source may plan a batch when the sink is the exactly-once Kafka sink (its batch
@@ -221,7 +221,7 @@ def build_pipeline(
 ) -> "DataStreamWriter":
     """Sources -> event time -> transforms -> sink writer, for one start of the query."""
     inputs = {}
-    cap = exactly_once_source_cap(pipeline.sink, pipeline.sources, identity)
+    cap = exactly_once_source_limit(pipeline.sink, pipeline.sources, identity)
     for i, source in enumerate(pipeline.sources):
         src_where = f"{where}.sources[{i}]"
         opened = open_source(spark, source, src_where, cap)

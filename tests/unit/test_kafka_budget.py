@@ -50,6 +50,7 @@ def test_the_sink_picks_the_cap_of_its_producers() -> None:
     pytest.param({"maxOffsetsPerTrigger": "1000"}, "1000", None, id="smaller-kept"),
     pytest.param({"maxOffsetsPerTrigger": "5000000"}, "300000", "5000000", id="larger-lowered"),
     pytest.param({"maxOffsetsPerTrigger": "lots"}, "300000", "lots", id="unreadable-replaced"),
+    pytest.param({"maxoffsetspertrigger": "5000000"}, "300000", "5000000", id="any-spelling-lowered-and-replaced"),
 ])
 def test_a_kafka_source_plans_at_most_the_cap(options: dict[str, str], expected: str, own: str | None) -> None:
     capped, lowered = budget.capped_options({"subscribe": "events", **options}, 300_000)
@@ -62,6 +63,8 @@ def test_a_kafka_source_plans_at_most_the_cap(options: dict[str, str], expected:
                  {"maxOffsetsPerTrigger": "unset", "maxRecordsPerPartition": "unset"}, id="both-set"),
     pytest.param({"maxRecordsPerPartition": "20000"}, {"maxOffsetsPerTrigger": "600000", "maxRecordsPerPartition": "20000"},
                  {"maxOffsetsPerTrigger": "unset"}, id="a-smaller-split-kept"),
+    pytest.param({"maxrecordsperpartition": "20000"}, {"maxOffsetsPerTrigger": "600000", "maxrecordsperpartition": "20000"},
+                 {"maxOffsetsPerTrigger": "unset"}, id="a-smaller-split-in-any-spelling-kept"),
     pytest.param({"maxOffsetsPerTrigger": "1000", "maxRecordsPerPartition": "10000000"},
                  {"maxOffsetsPerTrigger": "1000", "maxRecordsPerPartition": "75000"},
                  {"maxRecordsPerPartition": "10000000"}, id="a-larger-split-lowered"),
@@ -134,7 +137,7 @@ def test_running_out_of_time_is_most_of_the_timeout() -> None:
 
 
 def test_only_an_exactly_once_kafka_sink_caps_the_jobs_kafka_sources() -> None:
-    from job_runtime.query.pipeline import exactly_once_source_cap
+    from job_runtime.query.pipeline import exactly_once_source_limit
     from streamjob_contract.jobdef import Sink, Source
 
     kafka = {"bootstrapServers": "broker:9092", "topic": "out"}
@@ -145,9 +148,9 @@ def test_only_an_exactly_once_kafka_sink_caps_the_jobs_kafka_sources() -> None:
     at_least_once = Sink.model_validate({"kind": "kafka", "kafka": {**kafka, "delivery": "atLeastOnce"}})
     executors = Sink.model_validate({"kind": "kafka", "kafka": {**kafka, "producers": "executors"}})
     split = budget.PARTITION_RECORDS
-    assert exactly_once_source_cap(exactly_once, sources, None) == budget.SourceLimit(300_000, split)  # 600,000 shared
-    assert exactly_once_source_cap(longer, sources[:1], None) == budget.SourceLimit(1_200_000, split)
-    assert exactly_once_source_cap(exactly_once, rate, None) == budget.SourceLimit(600_000, split)  # open_source caps Kafka only
-    assert exactly_once_source_cap(executors, sources[:1], None) == budget.SourceLimit(1_200_000, None)  # tasks produce: no split
-    assert exactly_once_source_cap(at_least_once, sources, None) is None
-    assert exactly_once_source_cap(None, sources, None) is None
+    assert exactly_once_source_limit(exactly_once, sources, None) == budget.SourceLimit(300_000, split)  # 600,000 shared
+    assert exactly_once_source_limit(longer, sources[:1], None) == budget.SourceLimit(1_200_000, split)
+    assert exactly_once_source_limit(exactly_once, rate, None) == budget.SourceLimit(600_000, split)  # open_source caps Kafka only
+    assert exactly_once_source_limit(executors, sources[:1], None) == budget.SourceLimit(1_200_000, None)  # tasks produce: no split
+    assert exactly_once_source_limit(at_least_once, sources, None) is None
+    assert exactly_once_source_limit(None, sources, None) is None
