@@ -124,16 +124,23 @@ def read_to_end(bootstrap: str, topics: list[str], on_record: Callable[[Any], No
         consumer.close()
 
 
-def count_backlog(bootstrap: str, topic: str, records: int, *, timeout: float = 300.0) -> tuple[int, int, int]:
+def count_backlog(bootstrap: str, topic: str, records: int, *, timeout: float = 300.0,
+                  order: bool = False) -> tuple[int, ...]:
     """(missing, duplicated, foreign) of a produce_backlog backlog as a read_committed consumer sees it on
-    `topic`: keys never seen, extra copies of keys seen, records with another key. Reads to the end of
-    every partition (after every key was seen, or after 10 s without a record); counts, holds nothing."""
+    `topic`: keys never seen, extra copies of keys seen, records with another key. With `order`, a fourth
+    count in the same pass: records whose numbered key is lower than the one before it in its partition (0:
+    each partition in the order it was produced). Reads to the end of every partition (after every key was
+    seen, or after 10 s without a record); counts, holds nothing."""
     counts = bytearray(records)
-    tally = {"seen": 0, "duplicated": 0, "foreign": 0}
+    tally = {"seen": 0, "duplicated": 0, "foreign": 0, "late": 0}
+    last: dict[int, int] = {}
 
     def count(msg: Any) -> None:
         key = msg.key()
         index = int(key) if key and key.isdigit() else -1
+        if index < last.get(msg.partition(), -1):
+            tally["late"] += 1
+        last[msg.partition()] = index
         if not 0 <= index < records:
             tally["foreign"] += 1
         elif counts[index]:
@@ -143,21 +150,5 @@ def count_backlog(bootstrap: str, topic: str, records: int, *, timeout: float = 
             tally["seen"] += 1
 
     read_to_end(bootstrap, [topic], count, timeout=timeout, enough=lambda: tally["seen"] >= records)
-    return records - tally["seen"], tally["duplicated"], tally["foreign"]
-
-
-def out_of_order(bootstrap: str, topic: str, *, timeout: float = 300.0) -> int:
-    """Records of a produce_backlog backlog on `topic` whose numbered key is lower than the one before it in
-    its partition, as a read_committed consumer sees them (0: each partition in the order it was produced)."""
-    last: dict[int, int] = {}
-    late = [0]
-
-    def check(msg: Any) -> None:
-        key = msg.key()
-        index = int(key) if key and key.isdigit() else -1
-        if index < last.get(msg.partition(), -1):
-            late[0] += 1
-        last[msg.partition()] = index
-
-    read_to_end(bootstrap, [topic], check, timeout=timeout)
-    return late[0]
+    found = (records - tally["seen"], tally["duplicated"], tally["foreign"])
+    return (*found, tally["late"]) if order else found

@@ -25,7 +25,7 @@ from runtime_kafka import start_run
 from job_runtime.kafka import budget
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
-from kafka_io import count_backlog, out_of_order, produce_backlog  # noqa: E402
+from kafka_io import count_backlog, produce_backlog  # noqa: E402
 
 SHORT_TIMEOUT_MS = 5_000  # the batch cap is then 50,000 records
 BACKLOG_TIMEOUT_MS = 10_000  # 100,000 records: room for a loaded machine, still 5 times under the backlog
@@ -86,10 +86,10 @@ def test_a_first_deploy_on_a_backlog_publishes_every_record_once_without_a_crash
     sizes = batch_sizes(ckpt)
     cap = budget.batch_cap(BACKLOG_TIMEOUT_MS, executors=producers == "executors")
     assert sum(sizes) == records and max(sizes) <= cap and len(sizes) >= records // cap, (cap, sizes)
-    assert count_backlog(kafka_broker.bootstrap, target, records) == (0, 0, 0)  # missing, duplicated, foreign
-    # the driver's batches of 100,000 records are read as Spark partitions of at most 75,000 (consecutive ranges of
-    # the one source partition): the output keeps the source's order, as the executors' one task a batch does
-    assert out_of_order(kafka_broker.bootstrap, target) == 0
+    # missing, duplicated, foreign, out of order: the driver's batches of 100,000 records are read as Spark
+    # partitions of at most 75,000 (consecutive ranges of the one source partition); the output keeps the
+    # source's order, as the executors' one task a batch does
+    assert count_backlog(kafka_broker.bootstrap, target, records, order=True) == (0, 0, 0, 0)
     if producers == "driver":
         assert "maxRecordsPerPartition=75000 own=unset" in run.log_text(), run.log_tail()
 
