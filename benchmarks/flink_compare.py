@@ -57,9 +57,10 @@ from pathlib import Path
 from typing import Any
 
 import flink_env
+from job_runtime.query.progress import BATCH_PHASES
 from kafka_bench import BASE_MS, input_events, measure_latency, percentile, probe_latency, produce_input, windows_job
 from report import machine, publish, reproduce
-from runtime_bench import _stamp, run_available_now
+from runtime_bench import _stamp, batch_phases, run_available_now
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "kafka"))
@@ -71,6 +72,7 @@ INPUT_PARTITIONS = 2
 WINDOW_MS = 10_000
 FLUSH_USER = "~flush"
 FLUSH_AFTER_MS = 60_000
+PHASES = BATCH_PHASES  # the runtime's "batch" log line's phases, in the order a micro-batch runs them
 
 Window = tuple[str, int]  # (user, window start in epoch ms)
 
@@ -137,6 +139,7 @@ class Runs:
     after_init: list[float] = field(default_factory=list)  # Flink only: from the last task running
     batches: list[int] = field(default_factory=list)  # ours only: micro-batches (the checkpoint's commit log)
     batch_seconds: list[list[float]] = field(default_factory=list)  # ours only: offsets/N to commits/N, per batch
+    phases: list[list[dict[str, int]]] = field(default_factory=list)  # ours only: Spark's durationMs, per batch
 
 
 def batch_seconds(checkpoint: Path) -> list[float]:
@@ -342,6 +345,7 @@ def main() -> None:
                                                     state_partitions=contender.state_partitions)
                         runs[label].batch_seconds.append(batch_seconds(work / f"ckpt-{target}"))
                         runs[label].batches.append(len(runs[label].batch_seconds[-1]))
+                        runs[label].phases.append(batch_phases(work / f"ckpt-{target}"))
                     runs[label].seconds.append(seconds)
                     runs[label].checks.append(check(consume_all(broker.bootstrap, target, timeout=600), expected))
                     batches = "" if contender is None else (
@@ -378,7 +382,7 @@ def render(path: Path, report: Path) -> None:
     """The report again from a run's saved results (--save-results), without running anything."""
     saved = json.loads(path.read_text())
     args = argparse.Namespace(**{**saved["args"], "report": report})
-    runs = {label: Runs(**{**r, "checks": [Check(**c) for c in r["checks"]]})
+    runs = {label: Runs(**{"phases": [], **r, "checks": [Check(**c) for c in r["checks"]]})
             for label, r in saved["runs"].items() if r["seconds"]}  # a run cut short: the contenders measured
     variants = [v for v in map(Variant.parse, args.variants.split(",")) if v.label in runs]
     write_report(args, variants, runs, saved["latency"], saved["windows"], saved["machine"])
@@ -420,6 +424,21 @@ def write_report(args: argparse.Namespace, variants: list[Variant], runs: dict[s
     latency_goal = (f"{met(p99['ours'] <= p99['Flink'])} ({p99['ours']:,.0f} ms against {p99['Flink']:,.0f} ms)"
                     if latency else "not measured in this run (`--latency-seconds 0`)")
     rows = "\n".join(row(v.label) for v in variants)
+    phase_rows = "\n".join(
+        f"| {v.label} | {run} | {b['id']} | {b['rows']:,} | "
+        + " | ".join(f"{b[name] / 1000:.1f}" if name in b else "-" for name in PHASES) + " |"
+        for v in variants for run, each in enumerate(runs[v.label].phases) for b in each)
+    phase_section = "" if not phase_rows else f"""### Where our time went
+
+Spark's own account of each micro-batch (its progress report's `durationMs`, in seconds), as the runtime logs it
+when the query ends: planning the offsets (`latestOffset`), the plan, the offset log write, the batch itself
+(`addBatch`: reading, the state store, the sink) and the commit log write; `triggerExecution` is the whole.
+
+| | run | batch | input rows | {" | ".join(PHASES)} |
+| --- | --- | --- | --- | {" | ".join("---" for _ in PHASES)} |
+{phase_rows}
+
+"""
     latency_section = "" if not latency else f"""## Latency: produce -> visible to a read_committed consumer
 
 A pass-through job (Kafka -> key, value -> Kafka) on each engine, exactly once, ours at a
@@ -486,7 +505,7 @@ it, under the same load), which is what to read when the load changed during the
 Each output read back by a `read_committed` consumer and compared with the {windows:,} windows
 computed in Python from the same input: every run exact: {"yes" if correct else "**NO**"}.
 
-{latency_section}## Goals (issue 26)
+{phase_section}{latency_section}## Goals (issue 26)
 
 - Throughput >= 1.0x PyFlink's on the same job and input: {met(ours_rate >= flink_rate)} with the defaults
   ({ours_rate / flink_rate:.2f}x); the best configuration measured, {best}: {best_rate / flink_rate:.2f}x.

@@ -111,16 +111,30 @@ def runtime_command(work: Path, job: Path, checkpoint: Path, trigger: str = "ava
 
 
 def run_available_now(work: Path, job: Path, checkpoint: Path, name: str = "bench", state_partitions: int = PARTITIONS) -> float:
-    """Runs `job` to its end (Trigger.AvailableNow); the query time from the runtime's own log lines."""
+    """Runs `job` to its end (Trigger.AvailableNow); the query time from the runtime's own log lines.
+    The runtime's log is kept beside the checkpoint (`<checkpoint>.log`: batch_phases reads it)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(runtime_command(work, job, checkpoint, name=name, state_partitions=state_partitions), cwd=work, env=env,
                             capture_output=True, text=True, check=False)
+    checkpoint.with_suffix(".log").write_text(result.stderr)
     if result.returncode != 0:
         raise SystemExit(f"runtime run failed ({result.returncode}):\n{result.stderr[-3000:]}")
     lines = result.stderr.splitlines()
     started = next(_stamp(line) for line in lines if "started query" in line)
     finished = next(_stamp(line) for line in lines if "finished query" in line)
     return finished - started
+
+
+def batch_phases(checkpoint: Path) -> list[dict[str, int]]:
+    """Each batch's id, input rows and Spark durationMs phases (ms), from the runtime's "batch" log lines of a
+    run_available_now run."""
+    phases = []
+    for line in checkpoint.with_suffix(".log").read_text().splitlines():
+        if " batch job=" in line and "durationMs=" in line:
+            fields = dict(item.split("=", 1) for item in line.split(" batch ", 1)[1].split() if "=" in item)
+            batch = {name: int(ms) for name, ms in (item.split(":") for item in fields["durationMs"].split(","))}
+            phases.append({"id": int(fields["id"]), "rows": int(fields["rows"]), **batch})
+    return phases
 
 
 def run_runtime(work: Path, events: Path, index: int) -> float:

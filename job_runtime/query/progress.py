@@ -82,3 +82,18 @@ def progress_fields(progress: dict[str, Any] | None) -> dict[str, Any]:
         "rowsDroppedByWatermark": rows_dropped(progress) if operators else 0,
         "lastProgressAt": progress.get("timestamp"),
     }
+
+
+# durationMs phases worth a line, in the order a micro-batch runs them
+BATCH_PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
+
+
+def batch_line(progress: dict[str, Any]) -> str | None:
+    """One log line's fields for a batch that ran (its rows, state rows and where its time went, ms);
+    None for an idle trigger's report (no addBatch: no batch ran)."""
+    durations = progress.get("durationMs") or {}
+    if "addBatch" not in durations:
+        return None
+    phases = ",".join(f"{name}:{durations[name]}" for name in BATCH_PHASES if name in durations)
+    state = sum(int(op.get("numRowsTotal") or 0) for op in progress.get("stateOperators") or [])
+    return f"id={progress.get('batchId')} rows={progress.get('numInputRows')} stateRows={state} durationMs={phases}"

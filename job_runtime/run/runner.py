@@ -30,7 +30,7 @@ from job_runtime.checkpoints import epoch, janitor, nonrestored
 from job_runtime.kafka.offsets_watch import OffsetsWatch, kafka_offsets_deadline
 from job_runtime.query import pipeline, start
 from job_runtime.query.errors import describe, interrupted_by_stop
-from job_runtime.query.progress import LateRowsTotal, progress_fields
+from job_runtime.query.progress import LateRowsTotal, batch_line, progress_fields
 from job_runtime.run import standby, startup
 from job_runtime.run.savepoint_requests import Command, SavepointCommand, SavepointOps, SavepointRecord, StopCommand
 from job_runtime.run.startup import CheckpointBehind, RestoreRefused
@@ -297,6 +297,9 @@ class Runner(SavepointOps, standby.StandbyOps):
             return self._fail(ExitCode.FAILED, f"query failed: {describe(error)}{context}")
         self._join_worker()
         self._state = RunState.FINISHED
+        for report in query.recentProgress:  # the last batches' time, for a job run to its end (availableNow)
+            if (line := batch_line(_progress_dict(report))) is not None:
+                log.info("batch job=%s %s", self.settings.job_id, line)
         log.info("finished query job=%s reason=the query ended by itself", self.settings.job_id)
         return ExitCode.FINISHED
 
