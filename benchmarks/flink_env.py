@@ -36,7 +36,9 @@ def pyflink_python(version: str = PYFLINK_VERSION) -> Path:
     _say(f"installing apache-flink=={version} into {home} (first run only)")
     shutil.rmtree(home, ignore_errors=True)
     venv.create(home, with_pip=True)
-    result = subprocess.run([str(python), "-m", "pip", "install", "-q", f"apache-flink=={version}"],
+    # run from the venv, not the caller's folder: `-m` puts the working folder first on sys.path, and the
+    # repository's root holds operator/, which would shadow the standard library's operator module
+    result = subprocess.run([str(python), "-m", "pip", "install", "-q", f"apache-flink=={version}"], cwd=home,
                             capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SystemExit(f"pip could not install apache-flink=={version} into {home}:\n{result.stderr[-3000:]}")

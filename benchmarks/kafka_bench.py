@@ -148,7 +148,11 @@ def probe_latency(bootstrap: str, source: str, target: str, seconds: float, rate
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
                          "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": False})
-    consumer.subscribe([target])
+    assigned = threading.Event()
+    consumer.subscribe([target], on_assign=lambda _consumer, _partitions: assigned.set())
+    joined_by = time.monotonic() + 60
+    while not assigned.is_set() and time.monotonic() < joined_by:  # joined before the first send: its join is not latency
+        consumer.poll(0.1)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     sent = int(seconds * rate)
 
