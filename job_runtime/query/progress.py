@@ -7,9 +7,15 @@ type is ``streamjob_contract.runtime_status.RuntimeStatus``).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from streamjob_contract.runtime_status import watermark_ms
+
+
+def progress_dict(progress: Any) -> dict[str, Any]:
+    """A StreamingQueryProgress (or the dict older PySpark returns) as Spark's JSON dict."""
+    return json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
 
 
 def _number(value: Any) -> float | None:
@@ -97,3 +103,8 @@ def batch_line(progress: dict[str, Any]) -> str | None:
     phases = ",".join(f"{name}:{durations[name]}" for name in BATCH_PHASES if name in durations)
     state = sum(int(op.get("numRowsTotal") or 0) for op in progress.get("stateOperators") or [])
     return f"id={progress.get('batchId')} rows={progress.get('numInputRows')} stateRows={state} durationMs={phases}"
+
+
+def batch_lines(reports: list[Any]) -> list[str]:
+    """batch_line of each report (StreamingQueryProgress or dict) of a batch that ran, in order."""
+    return [line for report in reports if (line := batch_line(progress_dict(report))) is not None]

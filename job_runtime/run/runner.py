@@ -17,7 +17,6 @@ Stop-with-savepoint and savepoints while running: job_runtime.run.savepoint_requ
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import sys
@@ -30,7 +29,7 @@ from job_runtime.checkpoints import epoch, janitor, nonrestored
 from job_runtime.kafka.offsets_watch import OffsetsWatch, kafka_offsets_deadline
 from job_runtime.query import pipeline, start
 from job_runtime.query.errors import describe, interrupted_by_stop
-from job_runtime.query.progress import LateRowsTotal, batch_line, progress_fields
+from job_runtime.query.progress import LateRowsTotal, batch_lines, progress_dict, progress_fields
 from job_runtime.run import standby, startup
 from job_runtime.run.savepoint_requests import Command, SavepointCommand, SavepointOps, SavepointRecord, StopCommand
 from job_runtime.run.startup import CheckpointBehind, RestoreRefused
@@ -105,7 +104,7 @@ class Runner(SavepointOps, standby.StandbyOps):
                 trigger = dict(query.status)
                 last = query.lastProgress
                 if last is not None:
-                    progress = _progress_dict(last)
+                    progress = progress_dict(last)
                     self._count_late_rows(query, run_id, progress)
             except Exception as err:  # the JVM may be going away; status must still answer
                 log.debug("could not read query progress: %s", err)
@@ -153,7 +152,7 @@ class Runner(SavepointOps, standby.StandbyOps):
     def _count_late_rows(self, query: Any, run_id: str | None, last: dict[str, Any]) -> None:
         with self._lock:
             history = self._late_rows.needs_history(run_id, last)
-        reports = [_progress_dict(r) for r in query.recentProgress] if history else [last]
+        reports = [progress_dict(r) for r in query.recentProgress] if history else [last]
         with self._lock:
             self._late_rows.add(run_id, reports)
 
@@ -297,9 +296,8 @@ class Runner(SavepointOps, standby.StandbyOps):
             return self._fail(ExitCode.FAILED, f"query failed: {describe(error)}{context}")
         self._join_worker()
         self._state = RunState.FINISHED
-        for report in query.recentProgress:  # the last batches' time, for a job run to its end (availableNow)
-            if (line := batch_line(_progress_dict(report))) is not None:
-                log.info("batch job=%s %s", self.settings.job_id, line)
+        for line in batch_lines(query.recentProgress):  # the last batches' time, for a job run to its end
+            log.info("batch job=%s %s", self.settings.job_id, line)
         log.info("finished query job=%s reason=the query ended by itself", self.settings.job_id)
         return ExitCode.FINISHED
 
@@ -396,8 +394,3 @@ class Runner(SavepointOps, standby.StandbyOps):
         log.error("failed job=%s exitCode=%d error=%s", self.settings.job_id, int(code), message)
         print(f"streamjob-runtime: {message}", file=sys.stderr, flush=True)
         return code
-
-
-def _progress_dict(progress: Any) -> dict[str, Any]:
-    """A StreamingQueryProgress (or the dict older PySpark returns) as Spark's JSON dict."""
-    return json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
