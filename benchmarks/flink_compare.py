@@ -54,6 +54,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import flink_env
@@ -72,7 +73,6 @@ INPUT_PARTITIONS = 2
 WINDOW_MS = 10_000
 FLUSH_USER = "~flush"
 FLUSH_AFTER_MS = 60_000
-PHASES = BATCH_PHASES  # the runtime's "batch" log line's phases, in the order a micro-batch runs them
 
 Window = tuple[str, int]  # (user, window start in epoch ms)
 
@@ -258,47 +258,58 @@ def run_flink(work: Path, bootstrap: str, source: str, target: str, index: int, 
     return (*flink_running_seconds(log_dir), submitted)
 
 
-def flink_latency(work: Path, broker: Any, interval_ms: int, parallelism: int, seconds: float, rate: int) -> list[float]:
-    """probe_latency through Flink's pass-through job, once a warm-up record came through (the job is running)."""
+def latency_through(work: Path, broker: Any, label: str, launch: Callable[[str, str, Any], subprocess.Popen[Any]],
+                    seconds: float, rate: int) -> list[float]:
+    """probe_latency through a pass-through job `launch(source, target, output file)` starts (in a session of its
+    own), once a warm-up record came through it (the job is running) and 10 s more (as measure_latency gives ours:
+    the first checkpoints are not steady state)."""
     from confluent_kafka import Producer
 
     suffix = uuid.uuid4().hex[:6]
     source, target = broker.create_topic(f"pings-{suffix}"), broker.create_topic(f"pongs-{suffix}")
-    log_dir = work / "flink-log-latency"
-    log_dir.mkdir()
-    with (work / "flink-latency.out").open("wb") as sink:
-        proc = subprocess.Popen(flink_command("passthrough", broker.bootstrap, source, target, work / "flink-ckpt-latency",
-                                              interval_ms, parallelism),
-                                cwd=work, env=flink_env_vars(log_dir), stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+    out = work / f"latency-{label.replace(' ', '-')}.out"
+    with out.open("wb") as sink:
+        proc = launch(source, target, sink)
     try:
         producer = Producer({"bootstrap.servers": broker.bootstrap})
         producer.produce(source, key=b"warm-up", value=repr(time.time()).encode())
         producer.flush(30)
         if not consume_all(broker.bootstrap, target, expect=1, timeout=300):
-            raise SystemExit(f"Flink's pass-through job published nothing within 300s:\n"
-                             f"{(work / 'flink-latency.out').read_text(errors='replace')[-3000:]}")
-        time.sleep(10)  # as measure_latency gives ours: the first checkpoints are not steady state
-        return probe_latency(broker.bootstrap, source, target, seconds, rate, label="Flink", skip_keys={b"warm-up"})
+            raise SystemExit(f"{label}'s pass-through job published nothing within 300s:\n{out.read_text(errors='replace')[-3000:]}")
+        time.sleep(10)
+        return probe_latency(broker.bootstrap, source, target, seconds, rate, label=label, skip_keys={b"warm-up"})
     finally:
         stop_group(proc)
 
 
+def flink_latency(work: Path, broker: Any, interval_ms: int, parallelism: int, seconds: float, rate: int) -> list[float]:
+    """latency_through Flink's pass-through job."""
+    log_dir = work / "flink-log-latency"
+    log_dir.mkdir()
+
+    def launch(source: str, target: str, sink: Any) -> subprocess.Popen[Any]:
+        return subprocess.Popen(flink_command("passthrough", broker.bootstrap, source, target, work / "flink-ckpt-latency",
+                                              interval_ms, parallelism),
+                                cwd=work, env=flink_env_vars(log_dir), stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    return latency_through(work, broker, "Flink", launch, seconds, rate)
+
+
 REALTIME = r'''
-import glob, os, sys
+import os, sys
 from pyspark.sql import SparkSession
-bootstrap, source, target, checkpoint, jars = sys.argv[1:6]
-jars = sorted(glob.glob(os.path.join(jars, "*.jar")))
+from job_runtime.query.session import JARS_DIR_ENV, extra_jars
+bootstrap, source, target, checkpoint, duration = sys.argv[1:6]
+jars = [str(j) for j in extra_jars(os.environ.get(JARS_DIR_ENV))]  # the runtime's own Kafka jars
 spark = (SparkSession.builder.master("local[2]").appName("realtime-latency").config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false").config("spark.jars", ",".join(jars))
          .config("spark.driver.extraClassPath", os.pathsep.join(jars)).getOrCreate())
 spark.sparkContext.setLogLevel("WARN")
 rows = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", source)
         .option("startingOffsets", "earliest").load().selectExpr("key", "value"))
-query = (rows.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", target)
-         .option("checkpointLocation", checkpoint).outputMode("update").trigger(realTime=sys.argv[6]).start())
-print("STARTED", flush=True)
-query.awaitTermination()
+(rows.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", target)
+ .option("checkpointLocation", checkpoint).outputMode("update").trigger(realTime=duration).start().awaitTermination())
 '''
 
 
@@ -312,31 +323,18 @@ def realtime_interval(seconds: int) -> int:
 
 
 def realtime_latency(work: Path, broker: Any, interval_seconds: int, seconds: float, rate: int) -> list[float]:
-    """probe_latency through a plain PySpark pass-through job in Spark's real-time mode (`trigger(realTime=...)`,
+    """latency_through a plain PySpark pass-through job in Spark's real-time mode (`trigger(realTime=...)`,
     Spark's own Kafka writer: at least once, not a contender), its checkpoint every realtime_interval(...)."""
-    from confluent_kafka import Producer
-
-    suffix = uuid.uuid4().hex[:6]
-    source, target = broker.create_topic(f"pings-{suffix}"), broker.create_topic(f"pongs-{suffix}")
-    script, out = work / "realtime.py", work / "realtime.out"
+    script = work / "realtime.py"
     script.write_text(REALTIME)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    with out.open("wb") as sink:
-        proc = subprocess.Popen([sys.executable, str(script), broker.bootstrap, source, target,
-                                 (work / "realtime-ckpt").as_uri(), os.environ.get("STREAMJOB_JARS_DIR", ""),
-                                 f"{realtime_interval(interval_seconds)} seconds"],
+
+    def launch(source: str, target: str, sink: Any) -> subprocess.Popen[Any]:
+        return subprocess.Popen([sys.executable, str(script), broker.bootstrap, source, target,
+                                 (work / "realtime-ckpt").as_uri(), f"{realtime_interval(interval_seconds)} seconds"],
                                 cwd=work, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        producer = Producer({"bootstrap.servers": broker.bootstrap})
-        producer.produce(source, key=b"warm-up", value=repr(time.time()).encode())
-        producer.flush(30)
-        if not consume_all(broker.bootstrap, target, expect=1, timeout=300):
-            raise SystemExit(f"the real-time mode job published nothing within 300s:\n{out.read_text(errors='replace')[-3000:]}")
-        time.sleep(10)
-        return probe_latency(broker.bootstrap, source, target, seconds, rate, label="real-time mode",
-                             skip_keys={b"warm-up"})
-    finally:
-        stop_group(proc)
+
+    return latency_through(work, broker, "real-time mode", launch, seconds, rate)
 
 
 def stopped(signum: int, _frame: Any) -> None:
@@ -489,7 +487,7 @@ def write_report(args: argparse.Namespace, variants: list[Variant], runs: dict[s
     rows = "\n".join(row(v.label) for v in variants)
     phase_rows = "\n".join(
         f"| {v.label} | {run} | {b['id']} | {b['rows']:,} | "
-        + " | ".join(f"{b[name] / 1000:.1f}" if name in b else "-" for name in PHASES) + " |"
+        + " | ".join(f"{b[name] / 1000:.1f}" if name in b else "-" for name in BATCH_PHASES) + " |"
         for v in variants for run, each in enumerate(runs[v.label].phases) for b in each)
     phase_section = "" if not phase_rows else f"""### Where our time went
 
@@ -497,8 +495,8 @@ Spark's own account of each micro-batch (its progress report's `durationMs`, in 
 when the query ends: planning the offsets (`latestOffset`), the plan, the offset log write, the batch itself
 (`addBatch`: reading, the state store, the sink) and the commit log write; `triggerExecution` is the whole.
 
-| | run | batch | input rows | {" | ".join(PHASES)} |
-| --- | --- | --- | --- | {" | ".join("---" for _ in PHASES)} |
+| | run | batch | input rows | {" | ".join(BATCH_PHASES)} |
+| --- | --- | --- | --- | {" | ".join("---" for _ in BATCH_PHASES)} |
 {phase_rows}
 
 """

@@ -33,6 +33,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from job_runtime.query.progress import read_batch_line
 from report import machine, publish, reproduce
 
 REPO = Path(__file__).resolve().parent.parent
@@ -126,15 +127,10 @@ def run_available_now(work: Path, job: Path, checkpoint: Path, name: str = "benc
 
 
 def batch_phases(checkpoint: Path) -> list[dict[str, int]]:
-    """Each batch's id, input rows and Spark durationMs phases (ms), from the runtime's "batch" log lines of a
-    run_available_now run."""
-    phases = []
-    for line in checkpoint.with_suffix(".log").read_text().splitlines():
-        if " batch job=" in line and "durationMs=" in line:
-            fields = dict(item.split("=", 1) for item in line.split(" batch ", 1)[1].split() if "=" in item)
-            batch = {name: int(ms) for name, ms in (item.split(":") for item in fields["durationMs"].split(","))}
-            phases.append({"id": int(fields["id"]), "rows": int(fields["rows"]), **batch})
-    return phases
+    """Each batch's id, input rows, state rows and Spark durationMs phases (ms), from the runtime's batch log lines
+    (progress.read_batch_line) of a run_available_now run."""
+    lines = checkpoint.with_suffix(".log").read_text().splitlines()
+    return [batch for line in lines if (batch := read_batch_line(line)) is not None]
 
 
 def run_runtime(work: Path, events: Path, index: int) -> float:

@@ -28,6 +28,11 @@ def _number(value: Any) -> float | None:
     return None if number != number else number  # NaN when Spark had no time window yet
 
 
+def state_rows(progress: dict[str, Any]) -> int:
+    """Rows a progress report's stateful operators hold (0 without any)."""
+    return sum(int(op.get("numRowsTotal") or 0) for op in progress.get("stateOperators") or [])
+
+
 def rows_dropped(progress: dict[str, Any]) -> int:
     """Rows a progress report's stateful operators dropped as later than the watermark."""
     return sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in progress.get("stateOperators") or [])
@@ -83,13 +88,14 @@ def progress_fields(progress: dict[str, Any] | None) -> dict[str, Any]:
         "processedRowsPerSecond": _number(progress.get("processedRowsPerSecond")),
         "numInputRows": progress.get("numInputRows"),
         "batchDurationMs": duration,
-        "stateRows": sum(int(op.get("numRowsTotal") or 0) for op in operators) if operators else 0,
+        "stateRows": state_rows(progress),
         "stateMemoryBytes": sum(int(op.get("memoryUsedBytes") or 0) for op in operators) if operators else 0,
         "rowsDroppedByWatermark": rows_dropped(progress) if operators else 0,
         "lastProgressAt": progress.get("timestamp"),
     }
 
 
+BATCH_LOG = "batch job="  # batch_lines' messages: "batch job=<job> <batch_line>"
 # durationMs phases worth a line, in the order a micro-batch runs them
 BATCH_PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
 
@@ -101,10 +107,21 @@ def batch_line(progress: dict[str, Any]) -> str | None:
     if "addBatch" not in durations:
         return None
     phases = ",".join(f"{name}:{durations[name]}" for name in BATCH_PHASES if name in durations)
-    state = sum(int(op.get("numRowsTotal") or 0) for op in progress.get("stateOperators") or [])
-    return f"id={progress.get('batchId')} rows={progress.get('numInputRows')} stateRows={state} durationMs={phases}"
+    return (f"id={progress.get('batchId')} rows={progress.get('numInputRows')} stateRows={state_rows(progress)} "
+            f"durationMs={phases}")
 
 
-def batch_lines(reports: list[Any]) -> list[str]:
-    """batch_line of each report (StreamingQueryProgress or dict) of a batch that ran, in order."""
-    return [line for report in reports if (line := batch_line(progress_dict(report))) is not None]
+def read_batch_line(line: str) -> dict[str, int] | None:
+    """A runtime log line's batch_line fields (id, rows, stateRows and each durationMs phase, ms), or None for
+    another line: the one reader of the format, for benchmarks and tests."""
+    if BATCH_LOG not in line or "durationMs=" not in line:
+        return None
+    fields = dict(item.split("=", 1) for item in line.split(BATCH_LOG, 1)[1].split() if "=" in item)
+    phases = dict(item.split(":") for item in fields.pop("durationMs").split(","))
+    return {name: int(value) for name, value in {**fields, **phases}.items()}
+
+
+def batch_lines(reports: list[Any], job: str) -> list[str]:
+    """A log message (BATCH_LOG, `job`, batch_line) for each report (StreamingQueryProgress or dict) of a batch
+    that ran, in order."""
+    return [f"{BATCH_LOG}{job} {line}" for report in reports if (line := batch_line(progress_dict(report))) is not None]

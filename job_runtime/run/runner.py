@@ -296,8 +296,8 @@ class Runner(SavepointOps, standby.StandbyOps):
             return self._fail(ExitCode.FAILED, f"query failed: {describe(error)}{context}")
         self._join_worker()
         self._state = RunState.FINISHED
-        for line in batch_lines(query.recentProgress):  # the last batches' time, for a job run to its end
-            log.info("batch job=%s %s", self.settings.job_id, line)
+        for line in batch_lines(query.recentProgress, self.settings.job_id):  # where a run to its end spent its time
+            log.info("%s", line)
         log.info("finished query job=%s reason=the query ended by itself", self.settings.job_id)
         return ExitCode.FINISHED
 

@@ -23,6 +23,7 @@ from pause_points import PausePoint
 from runtime_kafka import start_run
 
 from job_runtime.kafka import budget
+from job_runtime.query.progress import read_batch_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
 from kafka_io import count_backlog, produce_backlog  # noqa: E402
@@ -87,7 +88,7 @@ def test_a_first_deploy_on_a_backlog_publishes_every_record_once_without_a_crash
     cap = budget.batch_cap(BACKLOG_TIMEOUT_MS, executors=producers == "executors")
     assert sum(sizes) == records and max(sizes) <= cap and len(sizes) >= records // cap, (cap, sizes)
     # the run to its end logged each batch's rows (and where its time went) as the checkpoint planned them
-    logged = [int(line.split(" rows=")[1].split()[0]) for line in run.log_text().splitlines() if " batch job=" in line]
+    logged = [batch["rows"] for line in run.log_text().splitlines() if (batch := read_batch_line(line)) is not None]
     assert [n for n in logged if n] == [n for n in sizes if n], (logged, sizes)
     # missing, duplicated, foreign, out of order: the driver's batches of 100,000 records are read as Spark
     # partitions of at most 75,000 (consecutive ranges of the one source partition); the output keeps the

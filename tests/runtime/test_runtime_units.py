@@ -19,7 +19,7 @@ from streamjob_contract.jobdef import parse_job_definition
 from job_runtime.query.pipeline import sink_input
 from job_runtime.query.session import ROCKSDB_PROVIDER, engine_conf, redacted, with_task_attempts
 from job_runtime.settings import RuntimeSettings, S3Settings, SettingsError, validate
-from job_runtime.query.progress import LateRowsTotal, batch_line, batch_lines, progress_fields
+from job_runtime.query.progress import LateRowsTotal, batch_line, batch_lines, progress_fields, read_batch_line
 from streamjob_contract.runtime_status import RuntimeStatus, watermark_ms
 
 
@@ -123,7 +123,13 @@ def test_batch_line_says_where_a_batch_s_time_went() -> None:
     assert batch_line(ran) == ("id=7 rows=12 stateRows=7 durationMs=latestOffset:30,queryPlanning:90,walCommit:40,"
                                "addBatch:600,triggerExecution:850")
     assert batch_line(PROGRESS) is None  # an idle trigger: no batch ran
-    assert batch_lines([PROGRESS, ran, {**ran, "batchId": 8}]) == [batch_line(ran), batch_line(ran).replace("id=7", "id=8")]
+    assert batch_lines([PROGRESS, ran, {**ran, "batchId": 8}], "team/clicks") == [
+        f"batch job=team/clicks {batch_line(ran)}", f"batch job=team/clicks {batch_line(ran)}".replace("id=7", "id=8")]
+    # the one reader of the format (benchmarks, tests) reads back what was logged
+    logged = f"2026-12-06 04:24:00,000 INFO job_runtime.runner: {batch_lines([ran], 'team/clicks')[0]}"
+    assert read_batch_line(logged) == {"id": 7, "rows": 12, "stateRows": 7, "latestOffset": 30, "queryPlanning": 90,
+                                       "walCommit": 40, "addBatch": 600, "triggerExecution": 850}
+    assert read_batch_line("2026-12-06 04:24:00,000 INFO job_runtime.runner: finished query job=team/clicks") is None
 
 
 def _report(batch: int, dropped: int, ran: bool = True) -> dict[str, object]:
