@@ -11,8 +11,8 @@ records: the timeout times a floor on the driver's publish rate, halved for the
 planning, reading and commit around the records. The floor, 20,000 records/s, is a
 tenth of what the driver's Arrow path publishes on two cores (about 200,000/s,
 docs/benchmarks/kafka-backlog-5m-default.md), so the default 60 s gives 600,000 records a
-batch. The cap also bounds memory: the driver holds one Spark partition of one batch at a
-time (job_runtime.kafka.driver_rows), received as one task result, and the producer's
+batch. The cap also bounds memory: the driver holds two Spark partitions of one batch at a
+time (job_runtime.kafka.driver_rows: one sent, the next fetched), each received as one task result, and the producer's
 queue is bounded. A Spark partition holds at most PARTITION_RECORDS records: the sources are
 given Spark's `maxRecordsPerPartition`, which splits a Kafka partition's share of a large batch
 into consecutive ranges (read in order, so each partition's order is kept) and leaves a small

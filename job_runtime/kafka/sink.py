@@ -64,6 +64,7 @@ import json
 import logging
 import time
 import uuid
+from contextlib import closing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -88,7 +89,7 @@ MARKER_PARTITION = 0
 MARKER_TIMEOUT = 120.0  # seconds to wait out a moving or loading group coordinator
 RETRIABLE_COORDINATOR = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 REPLAY_FILE = "_streamjob_replay.json"  # in the checkpoint: the batch up to which an explicit restore replays
-QUEUE_MESSAGES = 50_000  # the producer's queue, in records and in KiB: what the driver holds beyond one partition
+QUEUE_MESSAGES = 50_000  # the producer's queue, in records and in KiB: what the driver holds beyond its partitions
 QUEUE_KBYTES = 32_768
 
 
@@ -290,10 +291,11 @@ class ExactlyOnceKafkaWriter:
         opened = time.monotonic()
         try:
             producer.begin_transaction()
-            # one partition at a time, freed once sent: the driver holds at most one of a capped batch
-            for topic, key, value, headers in rows_by_partition(rows, self.kafka.topic):
-                produce(producer, topic, key, value, headers)
-                count += 1
+            # partition after partition, each freed once sent: the driver holds at most two of a capped batch
+            with closing(rows_by_partition(rows, self.kafka.topic)) as sent:  # closed early: the fetch ahead cancelled
+                for topic, key, value, headers in sent:
+                    produce(producer, topic, key, value, headers)
+                    count += 1
             marker = [TopicPartition(self.kafka.topic, MARKER_PARTITION, batch_id + 1, Marker(batch_id, digest).metadata())]
             timeout = self.kafka.transaction_timeout_ms / 1000  # the broker aborts it then anyway
             producer.send_offsets_to_transaction(marker, self._marker_consumer.consumer_group_metadata(), timeout)
