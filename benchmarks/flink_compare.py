@@ -4,9 +4,10 @@ Run by hand (not a test):
 
     python benchmarks/flink_compare.py [--events 200000] [--users 1000] [--repeat 2] [--variants 8:-,2:-,2:50000]
 
-`--variants`: our configurations, `statePartitions[:maxOffsetsPerTrigger[:delivery[:from_json]]]`,
+`--variants`: our configurations, `statePartitions[:maxOffsetsPerTrigger[:delivery[:parse]]]`,
 comma-separated (`2:-:atLeastOnce`: Spark's own writer, to see what the sink costs;
-`2:-::from_json`: the values parsed once with from_json instead of two get_json_object).
+`2:-::get_json_object`: each value looked up twice with get_json_object, `2:-::from_json`: parsed once
+with from_json, as the example does since 2026-12-06; without it, the example's transform as written).
 
 Starts its own broker (testbed.kafka). One input topic (2 partitions) is produced once
 (kafka_bench's generator, event time 1 ms apart, the Kafka record timestamp), then one
@@ -85,35 +86,42 @@ class Variant:
     state_partitions: int
     max_offsets: int | None
     delivery: str = "exactlyOnce"
-    parse_json: str = "get_json_object"  # or from_json: the example's two JSON lookups as one parse
+    parse_json: str = ""  # "" the example's `parsed` transform as written, or a key of PARSED_SQL
 
     @property
     def label(self) -> str:
         offsets = "unset" if self.max_offsets is None else f"{self.max_offsets:,}"
         label = f"ours, statePartitions {self.state_partitions}, maxOffsetsPerTrigger {offsets}"
-        if self.parse_json != "get_json_object":
+        if self.parse_json:
             label += f", {self.parse_json}"
         return label if self.delivery == "exactlyOnce" else f"{label}, {self.delivery} (not exactly once)"
 
     @staticmethod
     def parse(text: str) -> "Variant":
-        parts = text.split(":")  # statePartitions[:maxOffsetsPerTrigger[:delivery[:from_json]]]
+        parts = text.split(":")  # statePartitions[:maxOffsetsPerTrigger[:delivery[:parse]]]
         offsets = parts[1] if len(parts) > 1 else "-"
-        return Variant(int(parts[0]), None if offsets in ("", "-") else int(offsets), *[p or d for p, d in zip(
-            parts[2:4], ("exactlyOnce", "get_json_object"))])
+        variant = Variant(int(parts[0]), None if offsets in ("", "-") else int(offsets), *[p or d for p, d in zip(
+            parts[2:4], ("exactlyOnce", ""))])
+        if variant.parse_json and variant.parse_json not in PARSED_SQL:
+            raise SystemExit(f"--variants {text}: parse {variant.parse_json!r} is none of {', '.join(PARSED_SQL)}")
+        return variant
 
 
-FROM_JSON = ("SELECT value.user AS user, ts, value.amount AS amount FROM (SELECT from_json(CAST(value AS STRING), "
-             "'user STRING, amount INT') AS value, timestamp AS ts FROM events)")
+PARSED_SQL = {  # the example's `parsed` transform, written two ways
+    "from_json": "SELECT event.user AS user, ts, event.amount AS amount FROM (SELECT from_json(CAST(value AS STRING), "
+                 "'user STRING, amount INT') AS event, timestamp AS ts FROM events)",
+    "get_json_object": "SELECT get_json_object(CAST(value AS STRING), '$.user') AS user, timestamp AS ts, "
+                       "CAST(get_json_object(CAST(value AS STRING), '$.amount') AS INT) AS amount FROM events",
+}
 
 
 def variant_job(path: Path, bootstrap: str, source: str, target: str, variant: Variant) -> Path:
-    """kafka_bench.windows_job for `variant`; with from_json, its `parsed` transform parses each value once."""
+    """kafka_bench.windows_job for `variant`; its `parsed` transform replaced when the variant names a parse."""
     job = windows_job(path, bootstrap, source, target, variant.delivery, variant.max_offsets)
-    if variant.parse_json == "from_json":
+    if variant.parse_json:
         spec = json.loads(job.read_text())
         parsed = next(t for t in spec["pipeline"]["transforms"] if t["name"] == "parsed")
-        parsed["sql"] = FROM_JSON
+        parsed["sql"] = PARSED_SQL[variant.parse_json]
         job.write_text(json.dumps(spec))
     return job
 
