@@ -154,9 +154,16 @@ class RuntimeProcess:
         return self.proc.pid
 
     def wait(self, timeout: float) -> int:
+        """The driver's exit code, once the driver and every process it left are gone.
+
+        In a pod the driver is PID 1: when it exits the kernel kills the rest of the
+        container (its JVM, maybe still finishing a state store upload). Here the JVM would
+        outlive it for a moment and write to the checkpoint the test is about to read."""
         assert self.proc is not None
         try:
-            return self.proc.wait(timeout)
+            code = self.proc.wait(timeout)
+            self._end_group()
+            return code
         except subprocess.TimeoutExpired:
             stuck = self._stream_thread_stack()
             self.kill()
@@ -165,6 +172,23 @@ class RuntimeProcess:
         finally:
             self._log.close()
             self._remove_work_dirs()
+
+    def exited(self) -> bool:
+        """Whether the driver has exited; if it has, the processes it left are ended too (see wait)."""
+        if self.proc is None or self.proc.poll() is None:
+            return False
+        self._end_group()
+        return True
+
+    def _end_group(self) -> None:
+        """SIGKILL what is left of the run's process group and wait until /proc shows none of it."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 30
+        while self._group_processes() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _group_processes(self) -> list[tuple[int, list[str]]]:
         """(pid, argv) of every process in this run's process group (the driver, its JVM, executors), as /proc shows them now."""
@@ -177,7 +201,8 @@ class RuntimeProcess:
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[2]) == self.pid:
+            state, _ppid, group = stat.rsplit(")", 1)[1].split()[:3]
+            if int(group) == self.pid and state != "Z":  # an exited process not yet reaped is gone
                 found.append((int(entry.name), cmdline.decode(errors="replace").split("\0")))
         return found
 

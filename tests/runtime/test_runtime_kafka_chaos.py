@@ -121,7 +121,7 @@ def kill_chain(broker: Any, processes: list[RuntimeProcess], tmp_path: Path, kil
             kind = EXECUTOR_MID_BATCH if rng.random() < 0.5 else EXECUTOR_BETWEEN
         else:
             kind = DRIVER
-        if live is not None and live.proc is not None and live.proc.poll() is not None:
+        if live is not None and live.exited():
             restarts += 1  # the query failed after an executor kill: restarted, as the operator would
             live = None
         if kind == DRIVER:
@@ -175,7 +175,7 @@ def kill_driver(live: RuntimeProcess | None, run: Any, label: str, rng: random.R
         delay = rng.uniform(2.0, 25.0)
         proc = run(label, TRIGGER)
         time.sleep(delay)
-        if proc.proc is not None and proc.proc.poll() is not None:
+        if proc.exited():
             raise AssertionError(f"{label} exited {proc.proc.returncode}:\n{proc.log_tail()}")
         instant = f"{delay:.1f}s after the process started"
     proc.kill()
@@ -200,7 +200,7 @@ def kill_executor(proc: RuntimeProcess, kind: str, rng: random.Random, latest: A
                                         timeout=MID_BATCH_POLL)["runningTasks"]
                 break
             except AssertionError:
-                if proc.proc is not None and proc.proc.poll() is not None:
+                if proc.exited():
                     raise
                 assert more(), f"{proc.label}: no batch seen running tasks on an executor before the input ran out"
                 executors = wait_executors(proc)
@@ -222,7 +222,7 @@ def wait_executors(proc: RuntimeProcess, count: int = 2) -> dict[str, int]:
     """The executor pids by id once `count` run (a killed one is replaced by its worker)."""
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
-        if proc.proc is not None and proc.proc.poll() is not None:
+        if proc.exited():
             raise AssertionError(f"{proc.label} exited {proc.proc.returncode}:\n{proc.log_tail()}")
         found = proc.executor_pids()
         if len(found) >= count:

@@ -100,7 +100,7 @@ class Chain:
             where = proc.wait_paused(self.tmp_path / "pause", timeout=PAUSE_TIMEOUT)
             self.kill(proc, kind, f"{point.what} ({'/'.join(where.rsplit('/', 2)[-2:])})", started)
         except AssertionError:
-            if proc.proc is not None and proc.proc.poll() is not None:
+            if proc.exited():
                 raise
             self.kill(proc, "timed", f"{point.what} never came within {PAUSE_TIMEOUT:.0f}s: killed then", started)
 
@@ -128,7 +128,7 @@ def test_fifty_kills_at_random_and_named_instants_then_exactly_once(
         proc = chain.start()
         delay = rng.uniform(0.0, 12.0)
         time.sleep(delay)
-        if proc.proc is not None and proc.proc.poll() is not None:
+        if proc.exited():
             raise AssertionError(f"{proc.label} exited {proc.proc.returncode}:\n{proc.log_tail()}")
         chain.kill(proc, "fresh, random", f"{delay:.1f}s after the process started", started)
 
@@ -150,7 +150,7 @@ def test_fifty_kills_at_random_and_named_instants_then_exactly_once(
             try:
                 proc.wait_for("the next commit", lambda s: (s["latestCompletedBatch"] or -1) > before, timeout=PAUSE_TIMEOUT)
             except AssertionError:
-                if proc.proc is not None and proc.proc.poll() is not None:
+                if proc.exited():
                     raise
                 chain.kill(proc, "timed", f"no commit after batch {before} within {PAUSE_TIMEOUT:.0f}s: killed then", started)
                 continue
