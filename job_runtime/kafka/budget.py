@@ -17,7 +17,11 @@ queue is bounded. A Spark partition holds at most PARTITION_RECORDS records: the
 given Spark's `maxRecordsPerPartition`, which splits a Kafka partition's share of a large batch
 into consecutive ranges (read in order, so each partition's order is kept) and leaves a small
 batch's one range a partition: the driver's heap follows the size of the results it receives
-(docs/delivery.md#no-batch-is-too-big has the measurements).
+(docs/delivery.md#no-batch-is-too-big has the measurements). The split serves only when a
+source's partitions reach the sink as they are: a job whose every source passes through an
+aggregation or a deduplication on the way (`split_serves`) hands the sink the shuffle's
+partitions, whose size no source split bounds, and reading a source in more tasks then only
+costs time (about 6% of the windows job's, docs/benchmarks/flink.md).
 
 With the executors producing (`producers: executors`) each task sends its own partition in a
 transaction of its own, the driver holds no record, and a task too slow for its transaction sends
@@ -81,6 +85,40 @@ class SourceLimit:
 
 def source_limit(cap: int, kafka_sources: int, executors: bool) -> SourceLimit:
     return SourceLimit(source_cap(cap, kafka_sources), None if executors else PARTITION_RECORDS)
+
+
+# Logical plan nodes (Spark's analyzed plan, by node name) whose streaming execution always shuffles
+# their input by key before the node's output: what reaches the sink above one of them is the
+# shuffle's partitions, not a source's. Joins are not here (a stream-static join may broadcast and
+# keep the stream's partitions), nor repartition (repartition(1) gathers a batch in one partition).
+SHUFFLING_NODES = frozenset({
+    "Aggregate", "Distinct", "Deduplicate", "DeduplicateWithinWatermark",
+    "FlatMapGroupsWithState", "FlatMapGroupsInPandasWithState", "TransformWithState",
+    "TransformWithStateInPySpark", "TransformWithStateInPandas",
+})
+
+
+@dataclass(frozen=True)
+class PlanNode:
+    """A logical plan as its node names: enough to tell where the shuffles are."""
+
+    name: str
+    children: tuple["PlanNode", ...] = ()
+
+
+def split_serves(plan: PlanNode) -> bool:
+    """Pure: does splitting the sources' partitions bound what the sink receives? Yes when some
+    leaf (a source) reaches the root without passing a SHUFFLING_NODES node; no when every path
+    from the root to a leaf crosses one (then the sink's partitions are a shuffle's)."""
+    if plan.name in SHUFFLING_NODES:
+        return False
+    if not plan.children:
+        return True
+    return any(split_serves(child) for child in plan.children)
+
+
+def unsplit(limit: SourceLimit) -> SourceLimit:
+    return SourceLimit(limit.records, None)
 
 
 def capped_options(options: Mapping[str, str], cap: int, key: str = MAX_OFFSETS) -> tuple[dict[str, str], str | None]:

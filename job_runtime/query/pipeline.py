@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streamjob_contract.jobdef import (
     Delivery, EventTime, JobDefinition, JobDefinitionError, KafkaProducers, Pipeline, Sink, SinkFormat, SinkKind, Source,
@@ -22,7 +22,7 @@ from streamjob_contract.jobdef import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from job_runtime.kafka.budget import SourceLimit
+    from job_runtime.kafka.budget import PlanNode, SourceLimit
     from job_runtime.kafka.sink import SinkIdentity
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
@@ -184,6 +184,43 @@ def exactly_once_source_limit(
     return budget.source_limit(batch_cap(sink.kafka, store), kafka_sources, executors)
 
 
+def sink_frame(spark: "SparkSession", pipeline: Pipeline, where: str, cap: "SourceLimit | None") -> "DataFrame":
+    """The frame the sink writes: each source opened under `cap`, its event time, the transforms."""
+    inputs = {}
+    for i, source in enumerate(pipeline.sources):
+        src_where = f"{where}.sources[{i}]"
+        opened = open_source(spark, source, src_where, cap)
+        inputs[source.name] = with_event_time(opened, source.event_time, f"{src_where}.eventTime")
+    return apply_transforms(spark, inputs, pipeline.transforms, where)[sink_input(pipeline)]
+
+
+def split_where_it_serves(spark: "SparkSession", pipeline: Pipeline, where: str, cap: "SourceLimit") -> "SourceLimit":
+    """`cap`, without its partition split when every source reaches the sink through a shuffle
+    (job_runtime.kafka.budget.split_serves), judged on the pipeline's analyzed plan."""
+    from py4j.protocol import Py4JError
+
+    from job_runtime.kafka import budget
+
+    try:
+        plan = plan_nodes(sink_frame(spark, pipeline, where, None)._jdf.queryExecution().analyzed())
+    except Py4JError as err:  # the split is the safe side: keep it
+        log.warning("kept the kafka source split reason=the plan could not be read error=%s", _first_line(err))
+        return cap
+    if budget.split_serves(plan):
+        return cap
+    log.info("kafka sources unsplit reason=every source reaches the sink through an aggregation or a "
+             "deduplication: the sink receives the shuffle's partitions, which a split would not bound")
+    return budget.unsplit(cap)
+
+
+def plan_nodes(node: Any) -> "PlanNode":
+    """A JVM LogicalPlan (py4j) as budget.PlanNode names."""
+    from job_runtime.kafka.budget import PlanNode
+
+    children = node.children()
+    return PlanNode(str(node.nodeName()), tuple(plan_nodes(children.apply(i)) for i in range(children.size())))
+
+
 def sink_writer(df: "DataFrame", sink: Sink, identity: "SinkIdentity | None" = None) -> "DataStreamWriter":
     """The DataStreamWriter for a declared sink, without checkpoint/trigger (the runtime adds those).
 
@@ -220,14 +257,10 @@ def build_pipeline(
     spark: "SparkSession", pipeline: Pipeline, where: str = "job.pipeline", identity: "SinkIdentity | None" = None
 ) -> "DataStreamWriter":
     """Sources -> event time -> transforms -> sink writer, for one start of the query."""
-    inputs = {}
     cap = exactly_once_source_limit(pipeline.sink, pipeline.sources, identity)
-    for i, source in enumerate(pipeline.sources):
-        src_where = f"{where}.sources[{i}]"
-        opened = open_source(spark, source, src_where, cap)
-        inputs[source.name] = with_event_time(opened, source.event_time, f"{src_where}.eventTime")
-    frames = apply_transforms(spark, inputs, pipeline.transforms, where)
-    result = frames[sink_input(pipeline)]
+    if cap is not None and cap.partition_records is not None:
+        cap = split_where_it_serves(spark, pipeline, where, cap)
+    result = sink_frame(spark, pipeline, where, cap)
     try:
         return sink_writer(result, pipeline.sink, identity)
     except _analysis_errors() as err:

@@ -78,6 +78,39 @@ def test_with_the_driver_producing_a_spark_partition_is_bounded_too(
         {"subscribe": "events", "maxOffsetsPerTrigger": "600000"}, {"maxOffsetsPerTrigger": "unset"})
 
 
+def chain(*names: str, leaves: tuple[budget.PlanNode, ...] = (budget.PlanNode("StreamingRelationV2"),)) -> budget.PlanNode:
+    """A plan whose nodes are `names` from the root down, over `leaves`."""
+    node: tuple[budget.PlanNode, ...] = leaves
+    for name in reversed(names):
+        node = (budget.PlanNode(name, node),)
+    return node[0]
+
+
+@pytest.mark.parametrize(("plan", "serves"), [
+    # the analyzed plans Spark 4.3 gives the examples: pass-through, parse, windows
+    pytest.param(chain("Project"), True, id="pass-through"),
+    pytest.param(chain("Project", "SubqueryAlias", "View", "Project", "EventTimeWatermark"), True, id="parse-only"),
+    pytest.param(chain("Aggregate", "Project", "Filter", "SubqueryAlias", "View", "EventTimeWatermark"), False,
+                 id="windows"),
+    pytest.param(chain("Distinct", "Project"), False, id="distinct"),
+    pytest.param(chain("Project", "Deduplicate", "Project"), False, id="deduplicate"),
+    pytest.param(chain("SerializeFromObject", "TransformWithState", "Project"), False, id="transform-with-state"),
+    # a union: one branch aggregated, the other passes the source's partitions to the sink
+    pytest.param(budget.PlanNode("Union", (chain("Aggregate", "Project"), chain("Project"))), True,
+                 id="union-with-an-unshuffled-branch"),
+    pytest.param(budget.PlanNode("Union", (chain("Aggregate"), chain("Project", "Deduplicate"))), False,
+                 id="union-of-shuffled-branches"),
+    # a stream-static join may broadcast the static side and keep the stream's partitions
+    pytest.param(chain("Project", "Join", leaves=(chain("Project"), budget.PlanNode("LogicalRelation"))), True,
+                 id="join-keeps-it"),
+    pytest.param(chain("Repartition"), True, id="repartition-keeps-it"),
+])
+def test_the_partition_split_only_where_it_bounds_what_the_sink_receives(plan: budget.PlanNode, serves: bool) -> None:
+    assert budget.split_serves(plan) is serves
+    limit = budget.source_limit(600_000, 1, executors=False)
+    assert budget.unsplit(limit) == budget.SourceLimit(600_000, None)
+
+
 def test_the_cap_is_shared_among_kafka_sources() -> None:
     assert budget.source_cap(300_000, 1) == 300_000
     assert budget.source_cap(300_000, 3) == 100_000
