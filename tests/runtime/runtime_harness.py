@@ -223,18 +223,10 @@ class RuntimeProcess:
         """SIGKILL the whole process group: Python driver and its JVM, like a pod kill."""
         if self.master.startswith("local-cluster") and self.proc is not None:
             self.executor_pids()  # learn the application id while its executors run
-        self._kill()
-        self._remove_work_dirs()
-
-    def _kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        self._end_group()  # the driver if it runs, and any JVM a dead driver left behind
+        if self.proc is not None:
             self.proc.wait(30)
-        else:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)  # a JVM left behind by a dead driver
-            except ProcessLookupError:
-                pass
+        self._remove_work_dirs()
 
     def terminate(self) -> None:
         """SIGTERM to the driver process only, as the kubelet does to a container's PID 1."""
