@@ -187,3 +187,12 @@ def test_only_an_exactly_once_kafka_sink_caps_the_jobs_kafka_sources() -> None:
     assert exactly_once_source_limit(executors, sources[:1], None) == budget.SourceLimit(1_200_000, None)  # tasks produce: no split
     assert exactly_once_source_limit(at_least_once, sources, None) is None
     assert exactly_once_source_limit(None, sources, None) is None
+
+
+def test_a_kafka_source_polls_the_runtimes_default_unless_it_sets_its_own() -> None:
+    from job_runtime.query.pipeline import KAFKA_READ_DEFAULTS, kafka_read_options
+
+    assert KAFKA_READ_DEFAULTS == {"kafka.max.poll.records": "100000"}
+    assert kafka_read_options({"subscribe": "events"}) == {"subscribe": "events", "kafka.max.poll.records": "100000"}
+    assert kafka_read_options({"subscribe": "events", "kafka.max.poll.records": "500"}) == {
+        "subscribe": "events", "kafka.max.poll.records": "500"}
