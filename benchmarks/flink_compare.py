@@ -4,10 +4,12 @@ Run by hand (not a test):
 
     python benchmarks/flink_compare.py [--events 200000] [--users 1000] [--repeat 2] [--variants 8:-,2:-,2:50000]
 
-`--variants`: our configurations, `statePartitions[:maxOffsetsPerTrigger[:delivery[:parse]]]`,
+`--variants`: our configurations, `statePartitions[:maxOffsetsPerTrigger[:delivery[:parse[:pollRecords]]]]`,
 comma-separated (`2:-:atLeastOnce`: Spark's own writer, to see what the sink costs;
 `2:-::get_json_object`: each value looked up twice with get_json_object, as the example did before it
-parsed once with from_json on 2026-12-06; without it, the example's transform as written).
+parsed once with from_json on 2026-12-06; without it, the example's transform as written;
+`2:-:::500`: the source sets its own `kafka.max.poll.records`, here Kafka's default, as every source read
+before the runtime's default of 100,000 on 2026-12-07).
 
 Starts its own broker (testbed.kafka). One input topic (2 partitions) is produced once
 (kafka_bench's generator, event time 1 ms apart, the Kafka record timestamp), then one
@@ -88,6 +90,7 @@ class Variant:
     max_offsets: int | None
     delivery: str = "exactlyOnce"
     parse_json: str = ""  # "" the example's `parsed` transform as written, or a key of PARSED_SQL
+    poll_records: str = ""  # the source's own kafka.max.poll.records; "" the runtime's default
 
     @property
     def label(self) -> str:
@@ -95,14 +98,16 @@ class Variant:
         label = f"ours, statePartitions {self.state_partitions}, maxOffsetsPerTrigger {offsets}"
         if self.parse_json:
             label += f", {self.parse_json}"
+        if self.poll_records:
+            label += f", kafka.max.poll.records {int(self.poll_records):,}"
         return label if self.delivery == "exactlyOnce" else f"{label}, {self.delivery} (not exactly once)"
 
     @staticmethod
     def parse(text: str) -> "Variant":
-        parts = text.split(":")  # statePartitions[:maxOffsetsPerTrigger[:delivery[:parse]]]
+        parts = text.split(":")  # statePartitions[:maxOffsetsPerTrigger[:delivery[:parse[:pollRecords]]]]
         offsets = parts[1] if len(parts) > 1 else "-"
         variant = Variant(int(parts[0]), None if offsets in ("", "-") else int(offsets), *[p or d for p, d in zip(
-            parts[2:4], ("exactlyOnce", ""))])
+            parts[2:5], ("exactlyOnce", "", ""))])
         if variant.parse_json and variant.parse_json not in PARSED_SQL:
             raise SystemExit(f"--variants {text}: parse {variant.parse_json!r} is none of {', '.join(PARSED_SQL)}")
         return variant
@@ -117,11 +122,13 @@ PARSED_SQL = {  # the example's `parsed` transform written another way (the exam
 def variant_job(path: Path, bootstrap: str, source: str, target: str, variant: Variant) -> Path:
     """kafka_bench.windows_job for `variant`; its `parsed` transform replaced when the variant names a parse."""
     job = windows_job(path, bootstrap, source, target, variant.delivery, variant.max_offsets)
+    spec = json.loads(job.read_text())
     if variant.parse_json:
-        spec = json.loads(job.read_text())
         parsed = next(t for t in spec["pipeline"]["transforms"] if t["name"] == "parsed")
         parsed["sql"] = PARSED_SQL[variant.parse_json]
-        job.write_text(json.dumps(spec))
+    if variant.poll_records:
+        spec["pipeline"]["sources"][0]["options"]["kafka.max.poll.records"] = variant.poll_records
+    job.write_text(json.dumps(spec))
     return job
 
 

@@ -193,7 +193,9 @@ class Source(Model):
         default=None, alias="schema", description="Schema of a files source as a Spark DDL string, e.g. 'user STRING, ts TIMESTAMP'."
     )
     options: dict[str, str] = Field(
-        default_factory=dict, description="Spark reader options (e.g. rowsPerSecond, maxFilesPerTrigger, kafka.bootstrap.servers)."
+        default_factory=dict,
+        description="Spark reader options (e.g. rowsPerSecond, maxFilesPerTrigger, kafka.bootstrap.servers). A kafka source "
+        "without kafka.max.poll.records reads with 100000 (Kafka's default, 500, makes Spark poll every 500 records).",
     )
     event_time: EventTime | None = Field(default=None, alias="eventTime", description="Event-time column and watermark of this source.")
     sasl: KafkaSasl | None = Field(default=None, description="SASL authentication of a kafka source (credentials by Secret reference).")
