@@ -30,7 +30,7 @@ log = logging.getLogger("job_runtime.pipeline")
 
 KAFKA_CONNECTOR = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 # Records one poll of a Kafka source's consumer may return. Kafka's default (500) makes Spark's source poll
-# (and seek) again every 500 records; what one poll returns is bounded anyway by what the consumer fetched
+# again every 500 records; what one poll returns is bounded anyway by what the consumer fetched
 # (max.partition.fetch.bytes, 1 MiB a partition). 100,000: the source alone reads 2 M records 1.5x faster,
 # the windows example 1.3x (docs/benchmarks/windows-stages.md, flink.md). A source's own option wins.
 KAFKA_READ_DEFAULTS = {"kafka.max.poll.records": "100000"}
