@@ -52,20 +52,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import flink_env
 from job_runtime.query.progress import BATCH_PHASES
-from kafka_bench import BASE_MS, input_events, passthrough_job, percentile, probe_latency, produce_input, windows_job
+from kafka_bench import (BASE_MS, input_events, latency_through, measure_latency, percentile, produce_input, stop_group,
+                         windows_job)
 from report import machine, publish, reproduce
-from runtime_bench import _stamp, batch_phases, run_available_now, runtime_command
+from runtime_bench import _stamp, batch_phases, run_available_now
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "kafka"))
@@ -226,20 +225,6 @@ def flink_command(mode: str, bootstrap: str, source: str, target: str, checkpoin
             "--transactional-id", f"flink-bench-{uuid.uuid4().hex[:8]}"]
 
 
-def stop_group(proc: subprocess.Popen[Any]) -> None:
-    """Ends a process started in its own session and everything it started (PyFlink's JVM)."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def flink_running_seconds(log_dir: Path) -> tuple[float, float]:
     """From the first and from the last task switching to RUNNING to the job FINISHED, from the Flink log."""
     lines = [line for path in sorted(log_dir.glob("*.log")) for line in path.read_text(errors="replace").splitlines()]
@@ -272,30 +257,6 @@ def run_flink(work: Path, bootstrap: str, source: str, target: str, index: int, 
     return (*flink_running_seconds(log_dir), submitted)
 
 
-def latency_through(work: Path, broker: Any, label: str, launch: Callable[[str, str, Any], subprocess.Popen[Any]],
-                    seconds: float, rate: int) -> list[float]:
-    """probe_latency through a pass-through job `launch(source, target, output file)` starts (in a session of its
-    own), once a warm-up record came through it (the job is running) and 10 s more (as measure_latency gives ours:
-    the first checkpoints are not steady state)."""
-    from confluent_kafka import Producer
-
-    suffix = uuid.uuid4().hex[:6]
-    source, target = broker.create_topic(f"pings-{suffix}"), broker.create_topic(f"pongs-{suffix}")
-    out = work / f"latency-{label.replace(' ', '-')}.out"
-    with out.open("wb") as sink:
-        proc = launch(source, target, sink)
-    try:
-        producer = Producer({"bootstrap.servers": broker.bootstrap})
-        producer.produce(source, key=b"warm-up", value=repr(time.time()).encode())
-        producer.flush(30)
-        if not consume_all(broker.bootstrap, target, expect=1, timeout=300):
-            raise SystemExit(f"{label}'s pass-through job published nothing within 300s:\n{out.read_text(errors='replace')[-3000:]}")
-        time.sleep(10)
-        return probe_latency(broker.bootstrap, source, target, seconds, rate, label=label, skip_keys={b"warm-up"})
-    finally:
-        stop_group(proc)
-
-
 def flink_latency(work: Path, broker: Any, interval_ms: int, parallelism: int, seconds: float, rate: int) -> list[float]:
     """latency_through Flink's pass-through job."""
     log_dir = work / "flink-log-latency"
@@ -308,22 +269,6 @@ def flink_latency(work: Path, broker: Any, interval_ms: int, parallelism: int, s
                                 start_new_session=True)
 
     return latency_through(work, broker, "Flink", launch, seconds, rate)
-
-
-def ours_latency(work: Path, broker: Any, delivery: str, trigger: str, seconds: float, rate: int) -> list[float]:
-    """latency_through the runtime's pass-through job with `delivery` at `trigger` (its checkpoint
-    latency-ckpt-<delivery>): warmed up by a record as the other engines are, so that the probe's first records
-    do not meet the process's first batch with data (its consumer, tasks and code paths cold)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-
-    def launch(source: str, target: str, sink: Any) -> subprocess.Popen[Any]:
-        job = passthrough_job(work / f"latency-{delivery}.json", broker.bootstrap, source, target, delivery,
-                              starting="earliest")  # the warm-up record may be sent before the query starts
-        return subprocess.Popen(runtime_command(work, job, work / f"latency-ckpt-{delivery}", trigger=trigger,
-                                                name=f"latency-{delivery.lower()}"),
-                                cwd=work, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-
-    return latency_through(work, broker, f"ours {delivery}", launch, seconds, rate)
 
 
 REALTIME = r'''
@@ -437,8 +382,8 @@ def main() -> None:
                     print(f"run {i} {label}: {seconds:.1f} s{batches}, {runs[label].checks[-1]}", flush=True)
                     save(args, runs, {}, len(expected))  # so far: a run cut short keeps what it measured
             latency = {} if not args.latency_seconds else {
-                **{key: summary(ours_latency(work, broker, delivery, trigger_text(args.interval_seconds),
-                                             args.latency_seconds, args.latency_rate),
+                **{key: summary(measure_latency(work, broker, delivery, trigger_text(args.interval_seconds),
+                                                args.latency_seconds, args.latency_rate),
                                 batch_seconds(work / f"latency-ckpt-{delivery}"))
                    for key, delivery in (("ours", "exactlyOnce"), ("microbatch", "atLeastOnce"))},
                 "Flink": summary(flink_latency(work, broker, interval_ms, args.parallelism, args.latency_seconds,
