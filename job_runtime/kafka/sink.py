@@ -169,6 +169,7 @@ class ExactlyOnceKafkaWriter:
         self._marker_consumer: Any = None
         self._replay_until: int | None = None
         self._replay = ""  # the explicit restore whose replay is under way (REPLAY_FILE), "" for none
+        self._offsets_read: tuple[int, str] | None = None  # the last offsets/N this writer read: N's digest needs N-1's
         self._copy = DurableMarker(self.fence.store if self.fence is not None else None, self.group, self.restored)  # outlives the group
 
     def _where(self) -> str:
@@ -209,6 +210,7 @@ class ExactlyOnceKafkaWriter:
         """Before the query plans: fence the previous driver's producer, learn the replay an explicit restore
         allows, and drop the plan of a batch over the cap that was never published (job_runtime.kafka.replan)."""
         self._ensure_clients()
+        self._offsets_read = None  # a replan at this start may write the planned batch's offsets again
         self._copy.reconcile(self.marker())  # the previous driver's transaction is settled now (init_transactions)
         store = self.fence.store if self.fence is not None else None
         published = self.published_until() if self.restored or (spark is not None and self.replan) else None
@@ -257,10 +259,18 @@ class ExactlyOnceKafkaWriter:
         current = read_offset_log(spark, self.checkpoint, batch_id)
         if current is None:
             raise KafkaSinkError(f"sink.kafka ({self._where()}): batch {batch_id} has no offsets/{batch_id} in {self.checkpoint}")
-        previous = read_offset_log(spark, self.checkpoint, batch_id - 1) if batch_id > 0 else None
+        seen = self._offsets_read
+        if batch_id == 0:
+            previous = None
+        elif seen is not None and seen[0] == batch_id - 1:
+            previous = seen[1]  # written before batch N-1 ran, never again while this query runs: one read a batch
+        else:
+            previous = read_offset_log(spark, self.checkpoint, batch_id - 1)
+        self._offsets_read = (batch_id, current)
         return batch_input_digest(current, previous)
 
     def __call__(self, batch: "DataFrame", batch_id: int) -> None:
+        began = time.monotonic()
         self._ensure_clients()
         self._check_fence(f"batch {batch_id}, before its Kafka transaction")
         digest = self.input_digest(batch, batch_id)
@@ -279,10 +289,11 @@ class ExactlyOnceKafkaWriter:
                 "publishing batch batchId=%s although the marker names batch %s: an explicit restore from an older "
                 "savepoint replays what followed it (up to batch %s)", batch_id, last and last.batch_id, self._replay_until,
             )
-        self._publish(batch, batch_id, digest, last)
+        self._publish(batch, batch_id, digest, last, time.monotonic() - began)
 
-    def _publish(self, batch: "DataFrame", batch_id: int, digest: str, last: Marker | None) -> None:
-        """Batch `batch_id`'s records and its marker in one transaction of the driver."""
+    def _publish(self, batch: "DataFrame", batch_id: int, digest: str, last: Marker | None, prepared: float) -> None:
+        """Batch `batch_id`'s records and its marker in one transaction of the driver (`prepared`: the seconds
+        the fence check, the input digest and the marker read took before it, for the log)."""
         from confluent_kafka import KafkaException, TopicPartition
 
         producer = self._producer
@@ -296,6 +307,7 @@ class ExactlyOnceKafkaWriter:
                 for topic, key, value, headers in sent:
                     produce(producer, topic, key, value, headers)
                     count += 1
+            sent_at = time.monotonic()
             marker = [TopicPartition(self.kafka.topic, MARKER_PARTITION, batch_id + 1, Marker(batch_id, digest).metadata())]
             timeout = self.kafka.transaction_timeout_ms / 1000  # the broker aborts it then anyway
             producer.send_offsets_to_transaction(marker, self._marker_consumer.consumer_group_metadata(), timeout)
@@ -311,7 +323,10 @@ class ExactlyOnceKafkaWriter:
         except BaseException:
             self._abort()
             raise
-        log.info("committed batch batchId=%s records=%d transactionalId=%s", batch_id, count, self.transactional_id)
+        # where a batch's time in the sink went: before the transaction, the records, the commit (with the marker)
+        log.info("committed batch batchId=%s records=%d transactionalId=%s prepareMs=%d sendMs=%d commitMs=%d",
+                 batch_id, count, self.transactional_id, prepared * 1000, (sent_at - opened) * 1000,
+                 (time.monotonic() - sent_at) * 1000)
         testhooks.reached("kafka-after-commit")
 
     def _note_if_out_of_time(self, batch: "DataFrame", batch_id: int, sent: int, open_seconds: float) -> None:

@@ -60,3 +60,28 @@ def test_a_failed_query_names_the_python_sink_error_and_the_kafka_endpoints() ->
         " (kafka source 'events': brokers b:9092 topic in; kafka sink: brokers b:9092 topic out)"
     )
     assert kafka_context(job, "division by zero") == ""
+
+
+def test_a_batch_digest_reads_the_offset_log_once_when_the_writer_read_the_batch_before(monkeypatch) -> None:
+    """Batch N's digest needs offsets/N and offsets/N-1: the second was read by batch N-1's digest in this
+    query, and is read again only when the writer did not (its first batch, a start since)."""
+    from job_runtime.kafka import sink
+    from streamjob_contract.jobdef import KafkaSink
+
+    log = {0: OFFSETS_4.replace("400", "300"), 1: OFFSETS_4, 2: OFFSETS_5}
+    reads: list[int] = []
+
+    def read_offset_log(_spark: object, _checkpoint: str, batch_id: int) -> str | None:
+        reads.append(batch_id)
+        return log.get(batch_id)
+
+    monkeypatch.setattr(sink, "read_offset_log", read_offset_log)
+    writer = sink.ExactlyOnceKafkaWriter(KafkaSink(bootstrapServers="b:9092", topic="out"), SinkIdentity("ns", "job", "file:///ck"))
+    batch = type("Batch", (), {"sparkSession": None})()
+    assert writer.input_digest(batch, 1) == batch_input_digest(OFFSETS_4, log[0])  # the writer's first batch: 1 and 0
+    assert writer.input_digest(batch, 2) == batch_input_digest(OFFSETS_5, OFFSETS_4)  # 2 only
+    assert reads == [1, 0, 2]
+    writer._offsets_read = None  # what start() does: a replan may have written the planned batch again
+    log[1] = OFFSETS_4.replace("400", "450")
+    assert writer.input_digest(batch, 2) == batch_input_digest(OFFSETS_5, log[1])
+    assert reads == [1, 0, 2, 2, 1]
