@@ -145,7 +145,7 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
             raise KafkaSinkError(f"sink.kafka ({self._where()}): cannot read the task markers of {self.marker_topic}: {err.args[0]}") from None
         return [TaskMarker.parse(tp.offset, tp.metadata) for tp in found]
 
-    def _publish(self, batch: "DataFrame", batch_id: int, digest: str, last: Marker | None) -> None:
+    def _publish(self, batch: "DataFrame", batch_id: int, digest: str, last: Marker | None, prepared: float) -> None:
         from confluent_kafka import KafkaException, TopicPartition
 
         rows = records(batch, self.kafka)
@@ -187,9 +187,9 @@ class ExecutorsKafkaWriter(ExactlyOnceKafkaWriter):
             raise KafkaSinkError(f"sink.kafka ({self._where()}): batch {batch_id}: its tasks published, its batch marker "
                                  f"did not commit: {err.args[0]}") from None
         self._copy.record_committed(Marker(batch_id, digest))
-        log.info("committed batch batchId=%s records=%d tasks=%d published=%d skipped=%d empty=%d seconds=%.1f chunked=%d",
-                 batch_id, sent, tasks, statuses.count("published"), statuses.count("skipped"), statuses.count("empty"),
-                 time.monotonic() - started, statuses.count("chunked"))
+        log.info("committed batch batchId=%s records=%d tasks=%d published=%d skipped=%d empty=%d seconds=%.1f chunked=%d "
+                 "prepareMs=%d", batch_id, sent, tasks, statuses.count("published"), statuses.count("skipped"),
+                 statuses.count("empty"), time.monotonic() - started, statuses.count("chunked"), prepared * 1000)
         testhooks.reached("kafka-after-commit")
 
     def _check_published(self, rows: "DataFrame", published: dict[int, TaskMarker | None], batch_id: int) -> None:
