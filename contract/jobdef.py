@@ -195,7 +195,7 @@ class Source(Model):
     options: dict[str, str] = Field(
         default_factory=dict,
         description="Spark reader options (e.g. rowsPerSecond, maxFilesPerTrigger, kafka.bootstrap.servers). A kafka source "
-        "without kafka.max.poll.records reads with 100000 (Kafka's default, 500, makes Spark poll every 500 records).",
+        "without kafka.max.poll.records reads with 10000 (Kafka's default, 500, makes Spark poll every 500 records).",
     )
     event_time: EventTime | None = Field(default=None, alias="eventTime", description="Event-time column and watermark of this source.")
     sasl: KafkaSasl | None = Field(default=None, description="SASL authentication of a kafka source (credentials by Secret reference).")

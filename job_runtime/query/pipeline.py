@@ -31,9 +31,12 @@ log = logging.getLogger("job_runtime.pipeline")
 KAFKA_CONNECTOR = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 # Records one poll of a Kafka source's consumer may return. Kafka's default (500) makes Spark's source poll
 # again every 500 records; what one poll returns is bounded anyway by what the consumer fetched
-# (max.partition.fetch.bytes, 1 MiB a partition). 100,000: the source alone reads 2 M records 1.5x faster,
-# the windows example 1.3x (docs/benchmarks/windows-stages.md, flink.md). A source's own option wins.
-KAFKA_READ_DEFAULTS = {"kafka.max.poll.records": "100000"}
+# (max.partition.fetch.bytes, 1 MiB a partition). 100,000 read the source alone 1.5x faster than 500, the
+# windows example 1.3x (docs/benchmarks/windows-stages.md, flink.md); 10,000 the windows example as fast as
+# 100,000, and the 5 M pass-through backlog faster than either, in both delivery modes (2026-12-07: Spark's
+# writer 15.8 s against 18.3 s and 20.3 s, the driver's exactly-once 18.5 s against 25.1 s and 24.2 s;
+# docs/benchmarks/kafka-backlog-5m-default.md). A source's own option wins.
+KAFKA_READ_DEFAULTS = {"kafka.max.poll.records": "10000"}
 
 
 def kafka_read_options(options: Mapping[str, str]) -> dict[str, str]:

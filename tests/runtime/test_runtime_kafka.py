@@ -50,7 +50,7 @@ def test_sigkill_around_the_kafka_commit_publishes_each_window_once(kafka_broker
     assert (ckpt / "offsets" / "1").exists() and not (ckpt / "commits" / "1").exists()
     # the windows reach the sink through the aggregation's shuffle: the source is read unsplit
     assert "kafka sources unsplit" in first.log_text(), first.log_tail()
-    assert "kafka source source=events kafka.max.poll.records=100000 own=unset" in first.log_text(), first.log_tail()
+    assert "kafka source source=events kafka.max.poll.records=10000 own=unset" in first.log_text(), first.log_tail()
     published_once()
 
     # 2. the restart re-runs batch 1 and recognises it as published; killed after batch 2's Kafka commit

@@ -192,7 +192,7 @@ def test_only_an_exactly_once_kafka_sink_caps_the_jobs_kafka_sources() -> None:
 def test_a_kafka_source_polls_the_runtimes_default_unless_it_sets_its_own() -> None:
     from job_runtime.query.pipeline import KAFKA_READ_DEFAULTS, kafka_read_options
 
-    assert KAFKA_READ_DEFAULTS == {"kafka.max.poll.records": "100000"}
-    assert kafka_read_options({"subscribe": "events"}) == {"subscribe": "events", "kafka.max.poll.records": "100000"}
+    assert KAFKA_READ_DEFAULTS == {"kafka.max.poll.records": "10000"}
+    assert kafka_read_options({"subscribe": "events"}) == {"subscribe": "events", "kafka.max.poll.records": "10000"}
     assert kafka_read_options({"subscribe": "events", "kafka.max.poll.records": "500"}) == {
         "subscribe": "events", "kafka.max.poll.records": "500"}
